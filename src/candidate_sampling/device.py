@@ -1,0 +1,65 @@
+"""Where tensors live, and how runs are made repeatable.
+
+``get_device()`` picks CUDA, then Apple MPS, then the CPU. Set the environment
+variable ``CANDIDATE_SAMPLING_DEVICE`` (for example ``cpu`` or ``cuda:1``) to force a
+device: every chapter calls ``get_device()``, so one variable moves the whole book.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+DEVICE_ENV_VAR = "CANDIDATE_SAMPLING_DEVICE"
+
+
+def get_device() -> torch.device:
+    """Return the device the book runs on: ``$CANDIDATE_SAMPLING_DEVICE``, else CUDA, MPS, CPU.
+
+    Raises ``ValueError`` if the variable names a device that does not exist or is not
+    available on this machine, rather than silently falling back to the CPU.
+    """
+    requested = os.environ.get(DEVICE_ENV_VAR, "").strip()
+    if requested:
+        try:
+            device = torch.device(requested)
+        except RuntimeError as err:
+            raise ValueError(
+                f"{DEVICE_ENV_VAR} must name a torch device such as 'cpu', 'cuda' or 'mps', "
+                f"got {requested!r}"
+            ) from err
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"{DEVICE_ENV_VAR}={requested!r} but CUDA is not available here")
+        if device.type == "mps" and not torch.backends.mps.is_available():
+            raise ValueError(f"{DEVICE_ENV_VAR}={requested!r} but Apple MPS is not available here")
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python, NumPy and torch (all devices) and return a CPU ``torch.Generator``.
+
+    The returned generator is for code that wants an explicit stream of randomness;
+    samplers take their own ``generator`` on the tensor's device.
+    """
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for queued kernels on ``device`` to finish (for honest timings on GPUs)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()

@@ -1,0 +1,25 @@
+"""Losses for large-softmax training, as plain functions with thin ``nn.Module`` wrappers.
+
+Submodules, one family each (all names are re-exported here):
+
+* :mod:`.core` — the pipeline steps every loss is built from (correct, mask, reduce).
+* :mod:`.sampled` — full softmax, importance sampling, sampled softmax, NCE, negative
+  sampling, sampled logistic (chapters 1–4).
+* :mod:`.retrieval` — in-batch and mixed-negative softmax for two-tower models (chapter 5).
+* :mod:`.contrastive` — InfoNCE, NT-Xent, NT-BXent, supervised contrastive, soft nearest
+  neighbour (chapter 6).
+
+Conventions (sign and order of temperature and logQ, masks, reduction) are stated in
+:mod:`.core` and on the book's notation page.
+"""
+
+from candidate_sampling.losses.core import *  # noqa: F401,F403
+from candidate_sampling.losses.core import __all__ as _core_all
+from candidate_sampling.losses.sampled import *  # noqa: F401,F403
+from candidate_sampling.losses.sampled import __all__ as _sampled_all
+from candidate_sampling.losses.retrieval import *  # noqa: F401,F403
+from candidate_sampling.losses.retrieval import __all__ as _retrieval_all
+from candidate_sampling.losses.contrastive import *  # noqa: F401,F403
+from candidate_sampling.losses.contrastive import __all__ as _contrastive_all
+
+__all__ = [*_core_all, *_sampled_all, *_retrieval_all, *_contrastive_all]
