@@ -1,0 +1,194 @@
+"""Item frequencies for the logQ correction of in-batch and mixed negatives (chapter 5).
+
+An in-batch softmax uses the other rows' positives as negatives, so an item is a
+candidate with a probability that grows with its popularity. The correction subtracts
+``log Q(y)`` from every candidate's logit (see the notation page:
+``logit = s / τ − log Q``). This module gives three estimates of ``Q``:
+
+* :func:`item_counts` / :func:`item_probabilities` — exact counts over a training set,
+  ``p(y) = count(y) / N``: the per-draw probability of ``y`` as a batch positive.
+* :func:`batch_inclusion_probability` — ``1 − (1 − p)^B``: the probability that ``y``
+  is among the ``B`` positives of a batch drawn with replacement.
+* :class:`StreamingFrequencyEstimator` — Yi et al. (2019), Algorithm 2: estimate each
+  item's probability of appearing in a batch from the stream of batches alone, with
+  hashed arrays of fixed size, adapting when popularity drifts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from candidate_sampling._hashing import draw_hash_parameters, universal_hash
+from candidate_sampling._validate import (
+    check_finite,
+    check_ids,
+    check_int_range,
+    check_positive,
+    check_tensor,
+)
+
+__all__ = [
+    "item_counts",
+    "item_probabilities",
+    "batch_inclusion_probability",
+    "StreamingFrequencyEstimator",
+]
+
+
+def item_counts(ids: torch.Tensor, num_items: int) -> torch.Tensor:
+    """Exact occurrence counts: ``(num_items,)`` int64, ``counts[y] = #{i : ids[i] = y}``.
+
+    ``ids``: any shape of integer ids in ``[0, num_items)``. Chapter 5.
+    """
+    check_int_range("num_items", num_items, 1)
+    check_ids("ids", ids, num_items)
+    return torch.bincount(ids.reshape(-1), minlength=num_items)
+
+
+def item_probabilities(counts: torch.Tensor) -> torch.Tensor:
+    """Unigram probabilities ``p(y) = counts[y] / Σ counts`` as float32, shape ``(|V|,)``.
+
+    ``counts``: (|V|,) non-negative counts (int or float) with a positive sum. Chapter 5.
+    """
+    check_tensor("counts", counts, ("V",))
+    counts = counts.to(torch.float64)
+    check_finite("counts", counts)
+    if bool((counts < 0).any()):
+        raise ValueError("counts must be non-negative")
+    total = counts.sum()
+    if float(total) <= 0:
+        raise ValueError("counts must have a positive sum")
+    return (counts / total).to(torch.float32)
+
+
+def batch_inclusion_probability(probs: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """Probability that an item is among ``B`` draws with replacement: ``1 − (1 − p)^B``.
+
+    Computed as ``−expm1(B · log1p(−p))`` so that it stays accurate for tiny ``p``
+    (where it is ≈ ``B·p``, the expected count) and saturates at 1 for popular items.
+    ``probs``: any shape, values in [0, 1]. Returns the same shape and dtype. Chapter 5.
+    """
+    check_int_range("batch_size", batch_size, 1)
+    if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
+        raise ValueError("probs must be a floating-point tensor of probabilities")
+    if probs.numel() and (bool((probs < 0).any()) or bool((probs > 1).any())):
+        raise ValueError("probs must lie in [0, 1]")
+    return -torch.expm1(batch_size * torch.log1p(-probs))
+
+
+class StreamingFrequencyEstimator:
+    """Yi et al. (2019), Algorithm 2: streaming estimate of how often each item is in a batch.
+
+    State: for each of ``num_hashes`` hash functions ``h_m``, two arrays of size
+    ``num_buckets`` (``H``): ``A[m, b]`` the last step at which bucket ``b`` was seen and
+    ``B[m, b]`` the estimated number of steps between two sightings. At step ``t``
+    (``update`` increments ``t`` first, starting from 1), for every bucket ``b = h_m(y)``
+    of an item ``y`` of the batch::
+
+        B[m, b] ← (1 − α) · B[m, b] + α · (t − A[m, b])
+        A[m, b] ← t
+
+    and the estimate is ``p̂(y) = 1 / max_m B[m, h_m(y)]`` — the probability that ``y``
+    appears in a batch. Hash collisions only ever shorten a bucket's gaps, so the maximum
+    over hash functions is the least-collided (least over-estimated) reading.
+
+    Semantics we chose (the paper leaves them open):
+
+    * **Duplicates within a batch count once.** A bucket is updated at most once per
+      step, however many rows of the batch hash to it. The estimate therefore targets
+      the *batch inclusion probability* ``1 − (1 − p)^B``, not the expected count
+      ``B·p``; updating once per occurrence would add gaps of length 0 and drive ``B``
+      towards 0 for popular items.
+    * **Initialisation.** ``warm_start=True`` (default) sets ``B`` to the first gap
+      ``t − 0`` the first time a bucket is seen: the time to an item's first sighting is
+      geometric with mean ``1/p``, so this is an unbiased first reading. The paper's
+      zero initialisation (``warm_start=False``) starts ``B`` at ``α·t`` and needs about
+      ``1/α`` sightings to forget it, over-estimating ``p̂`` meanwhile.
+    * A bucket never seen in ``t`` steps reports ``p̂ = 1/(t + 1)`` (no sighting yet, so
+      the gap is longer than ``t``); ``B`` is clamped to at least one step, so ``p̂ <= 1``.
+
+    ``alpha``: learning rate α in (0, 1]; ``num_buckets``: H per hash function (the
+    memory is ``2 · num_hashes · H`` numbers); ``seed``: draws the hash functions.
+    With ``num_hashes=1`` and ``num_buckets >= num_items`` use ``hash_ids=False`` to index
+    by id directly (no collisions). Chapter 5.
+    """
+
+    def __init__(
+        self,
+        num_buckets: int,
+        alpha: float = 0.01,
+        num_hashes: int = 1,
+        *,
+        hash_ids: bool = True,
+        warm_start: bool = True,
+        seed: int = 0,
+        device: torch.device | str | None = None,
+    ) -> None:
+        check_int_range("num_buckets", num_buckets, 1)
+        check_int_range("num_hashes", num_hashes, 1)
+        check_positive("alpha", alpha)
+        if alpha > 1:
+            raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+        if not hash_ids and num_hashes != 1:
+            raise ValueError(f"num_hashes must be 1 when hash_ids=False, got {num_hashes}")
+        self.num_buckets = num_buckets
+        self.num_hashes = num_hashes
+        self.alpha = float(alpha)
+        self.hash_ids = hash_ids
+        self.warm_start = warm_start
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.hash_params = draw_hash_parameters(num_hashes, seed).to(self.device)
+        self.last_seen = torch.zeros(num_hashes, num_buckets, dtype=torch.float64, device=self.device)
+        self.gap = torch.zeros(num_hashes, num_buckets, dtype=torch.float64, device=self.device)
+        self.step = 0
+
+    def buckets(self, ids: torch.Tensor) -> torch.Tensor:
+        """``(*ids.shape, num_hashes)`` bucket indices of ``ids``."""
+        if ids.is_floating_point() or ids.dtype == torch.bool:
+            raise ValueError(f"ids must be an integer tensor of ids, got {ids.dtype}")
+        if ids.numel() and int(ids.min()) < 0:
+            raise ValueError(f"ids must be non-negative, got min {int(ids.min())}")
+        ids = ids.to(self.device)
+        if not self.hash_ids:
+            if ids.numel() and int(ids.max()) >= self.num_buckets:
+                raise ValueError(
+                    f"ids must lie in [0, {self.num_buckets}) when hash_ids=False, "
+                    f"got max {int(ids.max())}"
+                )
+            return ids.to(torch.int64).unsqueeze(-1)
+        return universal_hash(ids, self.hash_params, self.num_buckets)
+
+    @torch.no_grad()
+    def update(self, ids: torch.Tensor) -> None:
+        """Advance one step with the batch's item ``ids`` (any shape): Algorithm 2's update."""
+        self.step += 1
+        t = float(self.step)
+        buckets = self.buckets(ids.reshape(-1))  # (n, M)
+        # flat index m * H + b, each bucket once per step
+        flat = buckets + torch.arange(self.num_hashes, device=self.device) * self.num_buckets
+        flat = torch.unique(flat.reshape(-1))
+        gap = self.gap.view(-1)
+        last = self.last_seen.view(-1)
+        observed = t - last[flat]
+        new_gap = (1 - self.alpha) * gap[flat] + self.alpha * observed
+        if self.warm_start:
+            new_gap = torch.where(last[flat] == 0, observed, new_gap)
+        gap[flat] = new_gap
+        last[flat] = t
+
+    @torch.no_grad()
+    def estimate(self, ids: torch.Tensor) -> torch.Tensor:
+        """``p̂(y) = 1 / max_m B[m, h_m(y)]``: estimated probability that ``y`` is in a batch.
+
+        ``ids``: any shape → float32 of the same shape, in (0, 1].
+        """
+        buckets = self.buckets(ids)
+        rows = torch.arange(self.num_hashes, device=self.device)
+        gaps = self.gap[rows, buckets]
+        unseen = self.last_seen[rows, buckets] == 0
+        gaps = torch.where(unseen, torch.full_like(gaps, self.step + 1.0), gaps)
+        return (1.0 / gaps.max(dim=-1).values.clamp_min(1.0)).to(torch.float32)
+
+    def log_q(self, ids: torch.Tensor) -> torch.Tensor:
+        """``log p̂(y)``, ready for :func:`candidate_sampling.losses.correct_logits`."""
+        return torch.log(self.estimate(ids))

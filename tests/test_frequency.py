@@ -1,0 +1,161 @@
+"""Item frequency estimators: exact counts, batch inclusion, Yi et al.'s streaming estimator."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from candidate_sampling._hashing import draw_hash_parameters, universal_hash
+from candidate_sampling.frequency import (
+    StreamingFrequencyEstimator,
+    batch_inclusion_probability,
+    item_counts,
+    item_probabilities,
+)
+
+
+def test_item_counts_matches_loop():
+    ids = torch.tensor([[0, 3, 3], [1, 3, 0]])
+    counts = item_counts(ids, 5)
+    expected = [sum(int(v == c) for v in ids.reshape(-1)) for c in range(5)]
+    assert counts.tolist() == expected
+
+
+def test_item_probabilities_sum_to_one():
+    probs = item_probabilities(torch.tensor([2, 0, 6]))
+    assert torch.allclose(probs, torch.tensor([0.25, 0.0, 0.75]))
+
+
+@given(p=st.floats(0.0, 1.0), batch=st.integers(1, 10_000))
+@settings(max_examples=50, deadline=None)
+def test_batch_inclusion_matches_closed_form(p, batch):
+    got = float(batch_inclusion_probability(torch.tensor([p], dtype=torch.float64), batch))
+    assert got == pytest.approx(1 - (1 - p) ** batch, abs=1e-12)
+
+
+def test_batch_inclusion_small_p_is_expected_count():
+    p = torch.tensor([1e-12], dtype=torch.float64)
+    assert float(batch_inclusion_probability(p, 100)) == pytest.approx(1e-10, rel=1e-6)
+
+
+def test_universal_hash_range_and_determinism():
+    params = draw_hash_parameters(3, seed=1)
+    ids = torch.arange(10_000)
+    buckets = universal_hash(ids, params, 97)
+    assert buckets.shape == (10_000, 3)
+    assert int(buckets.min()) >= 0 and int(buckets.max()) < 97
+    assert torch.equal(buckets, universal_hash(ids, draw_hash_parameters(3, seed=1), 97))
+    # roughly uniform: every bucket used, none grossly over-full
+    counts = torch.bincount(buckets[:, 0], minlength=97)
+    assert int(counts.min()) > 0 and int(counts.max()) < 3 * 10_000 / 97
+
+
+def _loop_reference(batches, num_buckets, alpha):
+    """Algorithm 2 with a Python loop, identity hash, duplicates counted once per step."""
+    last = [0.0] * num_buckets
+    gap = [0.0] * num_buckets
+    for t, batch in enumerate(batches, start=1):
+        for b in sorted(set(batch)):
+            observed = t - last[b]
+            gap[b] = observed if last[b] == 0 else (1 - alpha) * gap[b] + alpha * observed
+            last[b] = t
+    return last, gap
+
+
+def test_streaming_update_matches_loop_reference():
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, 20, (8,), generator=gen) for _ in range(50)]
+    est = StreamingFrequencyEstimator(20, alpha=0.2, hash_ids=False)
+    for batch in batches:
+        est.update(batch)
+    last, gap = _loop_reference([b.tolist() for b in batches], 20, 0.2)
+    assert torch.allclose(est.last_seen[0], torch.tensor(last, dtype=torch.float64))
+    assert torch.allclose(est.gap[0], torch.tensor(gap, dtype=torch.float64))
+
+
+def test_duplicates_in_a_batch_count_once():
+    once = StreamingFrequencyEstimator(5, alpha=0.5, hash_ids=False)
+    many = StreamingFrequencyEstimator(5, alpha=0.5, hash_ids=False)
+    for _ in range(4):
+        once.update(torch.tensor([1, 2]))
+        many.update(torch.tensor([1, 1, 1, 2]))
+    assert torch.equal(once.gap, many.gap)
+    assert float(many.estimate(torch.tensor([1]))) == pytest.approx(1.0)
+
+
+def test_paper_zero_initialisation():
+    est = StreamingFrequencyEstimator(3, alpha=0.1, hash_ids=False, warm_start=False)
+    est.update(torch.tensor([0]))
+    est.update(torch.tensor([1]))
+    # first sighting of item 1 at t=2: B = 0.9 * 0 + 0.1 * 2
+    assert float(est.gap[0, 1]) == pytest.approx(0.2)
+
+
+def test_unseen_items_get_small_estimate():
+    est = StreamingFrequencyEstimator(10, alpha=0.1, hash_ids=False)
+    for _ in range(9):
+        est.update(torch.tensor([0]))
+    assert float(est.estimate(torch.tensor([5]))) == pytest.approx(1 / 10)
+    assert float(est.estimate(torch.tensor([0]))) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("num_hashes,num_buckets,hash_ids", [(1, 50, False), (1, 400, True), (3, 400, True)])
+def test_streaming_estimate_converges_to_inclusion_probability(num_hashes, num_buckets, hash_ids):
+    """Stream with known frequencies: the estimate approaches 1 − (1 − p)^B."""
+    num_items, batch = 50, 16
+    probs = torch.linspace(1, 10, num_items, dtype=torch.float64)
+    probs /= probs.sum()
+    gen = torch.Generator().manual_seed(0)
+    est = StreamingFrequencyEstimator(
+        num_buckets, alpha=0.02, num_hashes=num_hashes, hash_ids=hash_ids, seed=3
+    )
+    errors = []
+    truth = batch_inclusion_probability(probs, batch)
+    for step in range(1, 2001):
+        est.update(torch.multinomial(probs, batch, replacement=True, generator=gen))
+        if step in (20, 2000):
+            got = est.estimate(torch.arange(num_items)).double()
+            errors.append(float(((got - truth).abs() / truth).mean()))
+    assert errors[1] < 0.15
+    assert errors[1] < errors[0]
+
+
+def test_log_q_is_log_estimate():
+    est = StreamingFrequencyEstimator(8, alpha=0.5, hash_ids=False)
+    est.update(torch.tensor([1, 2]))
+    est.update(torch.tensor([1]))
+    ids = torch.tensor([1, 2, 3])
+    assert torch.allclose(est.log_q(ids), torch.log(est.estimate(ids)))
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="num_items"):
+        item_counts(torch.tensor([0]), 0)
+    with pytest.raises(ValueError, match="ids must lie"):
+        item_counts(torch.tensor([3]), 2)
+    with pytest.raises(ValueError, match="counts must have a positive sum"):
+        item_probabilities(torch.zeros(3))
+    with pytest.raises(ValueError, match="counts must be non-negative"):
+        item_probabilities(torch.tensor([1.0, -1.0]))
+    with pytest.raises(ValueError, match="batch_size"):
+        batch_inclusion_probability(torch.tensor([0.1]), 0)
+    with pytest.raises(ValueError, match="probs must lie"):
+        batch_inclusion_probability(torch.tensor([1.5]), 3)
+    with pytest.raises(ValueError, match="alpha"):
+        StreamingFrequencyEstimator(10, alpha=0.0)
+    with pytest.raises(ValueError, match="alpha"):
+        StreamingFrequencyEstimator(10, alpha=1.5)
+    with pytest.raises(ValueError, match="num_buckets"):
+        StreamingFrequencyEstimator(0)
+    with pytest.raises(ValueError, match="num_hashes"):
+        StreamingFrequencyEstimator(10, num_hashes=2, hash_ids=False)
+    est = StreamingFrequencyEstimator(10, hash_ids=False)
+    with pytest.raises(ValueError, match="ids must lie"):
+        est.update(torch.tensor([10]))
+    with pytest.raises(ValueError, match="ids must be an integer"):
+        est.update(torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="ids must be non-negative"):
+        est.estimate(torch.tensor([-1]))
+    assert math.isfinite(float(est.estimate(torch.tensor([3]))))
