@@ -1,3 +1,460 @@
-"""Placeholder: filled in by the issue that owns this family of losses."""
+"""Contrastive losses over a batch of embeddings (chapter 6).
 
-__all__: list[str] = []
+* :func:`info_nce_loss` — InfoNCE (van den Oord et al. 2018): row i of a (B, B) score
+  matrix is a softmax over B candidates whose positive is on the diagonal. It is the
+  in-batch softmax of chapter 5 seen from the mutual-information side.
+* :func:`nt_xent_loss` — NT-Xent (SimCLR): 2N views, cosine similarity / τ, each view's
+  positive (its twin) against the other 2N − 2 views; the self-pair is masked out.
+* :func:`nt_bxent_loss` — the binary (logistic) variant with explicit positive pairs,
+  computed in log space (``softplus``), self-pairs removed by zero weights.
+* :func:`supcon_loss` — supervised contrastive (Khosla et al. 2020), ``variant="out"`` or
+  ``"in"`` (the average over positives outside or inside the log).
+* :func:`soft_nearest_neighbor_loss` — Frosst, Papernot & Hinton (2019), with squared
+  Euclidean or cosine distance, in log-sum-exp form; :class:`SoftNearestNeighborLoss` can
+  learn its temperature.
+* :func:`alignment_loss`, :func:`uniformity_loss` — Wang & Isola (2020), two properties of
+  embeddings on the unit sphere, used as diagnostics in the chapter.
+
+Conventions shared by every loss here (see the notation page, "Contrastive losses"):
+
+* Logits are ``similarity / τ`` (:func:`~candidate_sampling.losses.core.correct_logits`
+  without a log Q). Cosine similarity is used wherever the method defines it (NT-Xent,
+  NT-BXent, SupCon); InfoNCE uses the plain dot product unless ``normalize=True``.
+* A self-pair is removed by :func:`~candidate_sampling.losses.core.mask_logits` (a finite
+  ``finfo.min / 2``) inside a softmax, and by a zero weight inside a logistic loss. No
+  ±inf ever enters a loss.
+* float16 / bfloat16 inputs are computed in float32, and the loss is returned in float32.
+* Rows without a positive (SupCon, soft nearest neighbour): such a row has no defined
+  loss (its positive set is empty, the log of an empty sum is −∞). It gets a loss of 0
+  in ``reduction="none"`` and is left out of ``"mean"``, which averages over the rows
+  that do have a positive. If no row has one, ``"mean"`` returns a 0 that is still
+  connected to the graph (its gradient is zero), so a training step does not crash.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from candidate_sampling._validate import (
+    check_ids,
+    check_positive,
+    check_reduction,
+    check_same,
+    check_tensor,
+)
+from candidate_sampling.losses.core import (
+    correct_logits,
+    mask_logits,
+    mask_value,
+    reduce_loss,
+)
+
+__all__ = [
+    "pairwise_cosine_similarity",
+    "pairwise_squared_distance",
+    "info_nce_loss",
+    "nt_xent_loss",
+    "nt_bxent_loss",
+    "supcon_loss",
+    "soft_nearest_neighbor_loss",
+    "alignment_loss",
+    "uniformity_loss",
+    "InfoNCELoss",
+    "NTXentLoss",
+    "NTBXentLoss",
+    "SupConLoss",
+    "SoftNearestNeighborLoss",
+]
+
+_HALF = (torch.float16, torch.bfloat16)
+_DISTANCES = ("squared_euclidean", "cosine")
+_SUPCON_VARIANTS = ("out", "in")
+
+
+def _work(tensor: torch.Tensor) -> torch.Tensor:
+    """Half-precision tensors are promoted to float32; others are returned unchanged."""
+    return tensor.float() if tensor.dtype in _HALF else tensor
+
+
+def _check_embeddings(name: str, tensor: torch.Tensor) -> torch.Tensor:
+    return check_tensor(name, tensor, ("n", "d"), floating=True)
+
+
+def _check_labels(labels: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:
+    check_tensor("labels", labels, ("n",), floating=False)
+    if labels.dtype == torch.bool:
+        raise ValueError(f"labels must be an integer tensor of class ids, got {labels.dtype}")
+    check_same("number of rows n", embeddings=embeddings.shape[0], labels=labels.shape[0])
+    return labels
+
+
+def _eye(n: int, device: torch.device) -> torch.Tensor:
+    return torch.eye(n, dtype=torch.bool, device=device)
+
+
+def _mean_over_rows_with_positive(per_row: torch.Tensor, has_pos: torch.Tensor,
+                                  reduction: str) -> torch.Tensor:
+    """Zero the rows without a positive; "mean" averages over the rows that have one."""
+    per_row = torch.where(has_pos, per_row, torch.zeros_like(per_row))
+    if reduction == "mean":
+        return per_row.sum() / has_pos.sum().clamp(min=1)
+    return reduce_loss(per_row, reduction)
+
+
+def pairwise_cosine_similarity(a: torch.Tensor, b: torch.Tensor | None = None,
+                               eps: float = 1e-8) -> torch.Tensor:
+    """Cosine similarity of every row of ``a`` with every row of ``b`` (default ``b = a``).
+
+    ``a``: (n, d), ``b``: (m, d) → (n, m), entries ``a_i·b_j / (‖a_i‖ ‖b_j‖)``; a row of
+    norm below ``eps`` is treated as having norm ``eps``. Half inputs give float32.
+    """
+    _check_embeddings("a", a)
+    a_n = F.normalize(_work(a), dim=-1, eps=eps)
+    if b is None:
+        return a_n @ a_n.T
+    _check_embeddings("b", b)
+    check_same("embedding size d", a=a.shape[1], b=b.shape[1])
+    return a_n @ F.normalize(_work(b), dim=-1, eps=eps).T
+
+
+def pairwise_squared_distance(a: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+    """Squared Euclidean distances ``‖a_i − b_j‖²`` (default ``b = a``): (n, d), (m, d) → (n, m).
+
+    Computed as ``‖a_i‖² + ‖b_j‖² − 2 a_i·b_j`` clamped at 0 (rounding can make it slightly
+    negative); unlike ``torch.cdist(...) ** 2`` it has a finite gradient at distance 0.
+    The diagonal of the ``b = a`` case is exactly 0. Half inputs give float32.
+    """
+    _check_embeddings("a", a)
+    a_w = _work(a)
+    b_w = a_w if b is None else _work(_check_embeddings("b", b))
+    if b is not None:
+        check_same("embedding size d", a=a.shape[1], b=b.shape[1])
+    sq = (a_w * a_w).sum(-1)[:, None] + (b_w * b_w).sum(-1)[None, :] - 2 * a_w @ b_w.T
+    sq = sq.clamp(min=0)
+    if b is None:
+        sq = sq.masked_fill(_eye(a.shape[0], a.device), 0.0)
+    return sq
+
+
+def info_nce_loss(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    temperature: float | torch.Tensor = 1.0,
+    *,
+    symmetric: bool = False,
+    normalize: bool = False,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """InfoNCE: row i's positive is ``key[i]``, the other B − 1 keys are its negatives.
+
+    ``query``: (B, d), ``key``: (B, d). With scores ``S = query @ key.T`` (cosine
+    similarities if ``normalize``) and logits ``S / τ``, the per-row loss is
+
+        ℓ_i = −log( exp(S_ii/τ) / Σ_j exp(S_ij/τ) ) = logsumexp_j(S_ij/τ) − S_ii/τ,
+
+    i.e. cross-entropy over the (B, B) logit matrix with targets ``arange(B)`` — the
+    in-batch softmax of chapter 5 without a log Q correction. ``symmetric=True`` averages
+    it with the key → query direction (the columns), as in CLIP. Returns the ``reduction``
+    ("mean" over rows) of the (B,) losses. With the optimal critic,
+    I(x; c) ≥ log B − E[loss] (chapter 6).
+    """
+    check_tensor("query", query, ("B", "d"), floating=True)
+    check_tensor("key", key, ("B", "d"), floating=True)
+    check_same("batch size B", query=query.shape[0], key=key.shape[0])
+    check_same("embedding size d", query=query.shape[1], key=key.shape[1])
+    check_reduction(reduction)
+    if normalize:
+        scores = pairwise_cosine_similarity(query, key)
+    else:
+        scores = _work(query) @ _work(key).T
+    logits = correct_logits(scores, None, temperature)
+    diag = logits.diagonal()
+    per_row = torch.logsumexp(logits, dim=1) - diag
+    if symmetric:
+        per_row = 0.5 * (per_row + torch.logsumexp(logits, dim=0) - diag)
+    return reduce_loss(per_row, reduction)
+
+
+def nt_xent_loss(
+    view1: torch.Tensor,
+    view2: torch.Tensor,
+    temperature: float | torch.Tensor = 0.5,
+    *,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """NT-Xent (SimCLR): each of the 2N views against its twin and the other 2N − 2 views.
+
+    ``view1``, ``view2``: (N, d), row k of both are two views of example k. With
+    ``z = cat(view1, view2)`` (2N, d), cosine similarities ``S`` and the self-pairs masked,
+
+        ℓ_i = −log( exp(S_{i,p(i)}/τ) / Σ_{k≠i} exp(S_ik/τ) ),   p(i) = (i + N) mod 2N.
+
+    Returns the ``reduction`` of the (2N,) per-view losses ("mean" averages over all 2N
+    views, as SimCLR). If all 2N embeddings are identical, every ℓ_i = log(2N − 1).
+    """
+    check_tensor("view1", view1, ("N", "d"), floating=True)
+    check_tensor("view2", view2, ("N", "d"), floating=True)
+    check_same("batch size N", view1=view1.shape[0], view2=view2.shape[0])
+    check_same("embedding size d", view1=view1.shape[1], view2=view2.shape[1])
+    check_reduction(reduction)
+    n = view1.shape[0]
+    z = torch.cat([_work(view1), _work(view2)], dim=0)
+    logits = correct_logits(pairwise_cosine_similarity(z), None, temperature)
+    logits = mask_logits(logits, _eye(2 * n, z.device))
+    rows = torch.arange(2 * n, device=z.device)
+    per_view = torch.logsumexp(logits, dim=1) - logits[rows, (rows + n) % (2 * n)]
+    return reduce_loss(per_view, reduction)
+
+
+def nt_bxent_loss(
+    embeddings: torch.Tensor,
+    positive_pairs: torch.Tensor,
+    temperature: float | torch.Tensor = 0.5,
+    *,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """NT-BXent: a logistic loss on every (i, j ≠ i) pair, positives given explicitly.
+
+    ``embeddings``: (n, d); ``positive_pairs``: (P, 2) integer index pairs ``(i, j)``
+    meaning "j is a positive of anchor i" (directed: pass both ``(i, j)`` and ``(j, i)``
+    for a symmetric relation; duplicates count once; ``i == j`` is rejected, the
+    self-pair is never a term). With ``z_ij = cos(e_i, e_j) / τ``, P(i) the positives and
+    N(i) the other j ≠ i,
+
+        ℓ_i = (1/|P(i)|) Σ_{j∈P(i)} softplus(−z_ij) + (1/|N(i)|) Σ_{j∈N(i)} softplus(z_ij),
+
+    i.e. the mean binary cross-entropy of the positive pairs plus that of the negative
+    pairs, per row, as in the source post — but in log space (``softplus(−z) = −log σ(z)``)
+    so nothing saturates at small τ. An empty P(i) or N(i) contributes 0. Returns the
+    ``reduction`` of the (n,) row losses.
+    """
+    _check_embeddings("embeddings", embeddings)
+    check_tensor("positive_pairs", positive_pairs, ("P", 2), floating=False)
+    check_reduction(reduction)
+    n = embeddings.shape[0]
+    check_ids("positive_pairs", positive_pairs, n)
+    if bool((positive_pairs[:, 0] == positive_pairs[:, 1]).any()):
+        raise ValueError("positive_pairs must not contain self-pairs (i, i); "
+                         "the self-pair is removed from the loss")
+    eye = _eye(n, embeddings.device)
+    pos = torch.zeros(n, n, dtype=torch.bool, device=embeddings.device)
+    pos[positive_pairs[:, 0], positive_pairs[:, 1]] = True
+    neg = ~pos & ~eye
+    logits = correct_logits(pairwise_cosine_similarity(embeddings), None, temperature)
+    zero = torch.zeros((), dtype=logits.dtype, device=logits.device)
+    pos_term = torch.where(pos, F.softplus(-logits), zero).sum(1) / pos.sum(1).clamp(min=1)
+    neg_term = torch.where(neg, F.softplus(logits), zero).sum(1) / neg.sum(1).clamp(min=1)
+    return reduce_loss(pos_term + neg_term, reduction)
+
+
+def supcon_loss(
+    embeddings: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float | torch.Tensor = 0.1,
+    *,
+    variant: str = "out",
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """Supervised contrastive loss (Khosla et al. 2020), ``variant`` "out" or "in".
+
+    ``embeddings``: (n, d) — all views of the batch stacked; ``labels``: (n,) integer class
+    ids (views of the same example share a label). With cosine logits ``z_ia = S_ia / τ``,
+    A(i) = {a ≠ i}, P(i) = {p ≠ i : y_p = y_i} and ``log p_ip = z_ip − logsumexp_{a∈A(i)} z_ia``,
+
+        L_out,i = −(1/|P(i)|) Σ_{p∈P(i)} log p_ip              (average outside the log)
+        L_in,i  = −log( (1/|P(i)|) Σ_{p∈P(i)} p_ip )           (average inside the log)
+
+    L_in ≤ L_out by Jensen. Rows with an empty P(i) get 0 in ``"none"`` and are left out of
+    ``"mean"`` (the mean over rows with a positive; 0 with a zero gradient if none has one).
+    With two views and ``labels = arange(N).repeat(2)`` both variants equal NT-Xent.
+    """
+    _check_embeddings("embeddings", embeddings)
+    _check_labels(labels, embeddings)
+    if variant not in _SUPCON_VARIANTS:
+        raise ValueError(f"variant must be one of {_SUPCON_VARIANTS}, got {variant!r}")
+    check_reduction(reduction)
+    n = embeddings.shape[0]
+    eye = _eye(n, embeddings.device)
+    pos = (labels[:, None] == labels[None, :]) & ~eye
+    num_pos = pos.sum(1)
+    logits = correct_logits(pairwise_cosine_similarity(embeddings), None, temperature)
+    logits = mask_logits(logits, eye)
+    log_norm = torch.logsumexp(logits, dim=1)
+    if variant == "out":
+        zero = torch.zeros((), dtype=logits.dtype, device=logits.device)
+        mean_pos_logit = torch.where(pos, logits, zero).sum(1) / num_pos.clamp(min=1)
+        per_row = log_norm - mean_pos_logit
+    else:
+        lse_pos = torch.logsumexp(mask_logits(logits, ~pos), dim=1)
+        per_row = log_norm - lse_pos + torch.log(num_pos.clamp(min=1).to(logits.dtype))
+    return _mean_over_rows_with_positive(per_row, num_pos > 0, reduction)
+
+
+def soft_nearest_neighbor_loss(
+    embeddings: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float | torch.Tensor = 1.0,
+    *,
+    distance: str = "squared_euclidean",
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """Soft nearest neighbour loss (Frosst, Papernot & Hinton 2019), in log-sum-exp form.
+
+    ``embeddings``: (n, d), ``labels``: (n,) integer class ids. With distances ``D_ij``
+    (``"squared_euclidean"`` ‖e_i − e_j‖², or ``"cosine"`` 1 − cos(e_i, e_j)) and
+    temperature T,
+
+        ℓ_i = −log( Σ_{j≠i, y_j=y_i} exp(−D_ij/T) / Σ_{k≠i} exp(−D_ik/T) )
+            = logsumexp_{k≠i}(−D_ik/T) − logsumexp_{j≠i, y_j=y_i}(−D_ij/T).
+
+    The ratio form underflows to 0/0 when every neighbour is far away; this form does not.
+    ``temperature`` may be a 0-dim tensor with a gradient (see
+    :class:`SoftNearestNeighborLoss`). A row with no other point of its class has no loss
+    (the source's ratio gives log 0): it gets 0 in ``"none"`` and is left out of
+    ``"mean"``, as in :func:`supcon_loss`.
+    """
+    _check_embeddings("embeddings", embeddings)
+    _check_labels(labels, embeddings)
+    if distance not in _DISTANCES:
+        raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}")
+    check_reduction(reduction)
+    n = embeddings.shape[0]
+    eye = _eye(n, embeddings.device)
+    if distance == "squared_euclidean":
+        dist = pairwise_squared_distance(embeddings)
+    else:
+        dist = 1.0 - pairwise_cosine_similarity(embeddings)
+    if isinstance(temperature, torch.Tensor):
+        temperature = _work(temperature)
+    logits = correct_logits(-dist, None, temperature)
+    # a huge distance over a tiny T could reach −inf; keep every logit finite
+    logits = logits.clamp(min=mask_value(logits.dtype))
+    logits = mask_logits(logits, eye)
+    same = (labels[:, None] == labels[None, :]) & ~eye
+    per_row = torch.logsumexp(logits, dim=1) - torch.logsumexp(mask_logits(logits, ~same), dim=1)
+    return _mean_over_rows_with_positive(per_row, same.any(1), reduction)
+
+
+def alignment_loss(view1: torch.Tensor, view2: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
+    """Alignment (Wang & Isola 2020): ``mean_i ‖f_i − g_i‖^α`` of the L2-normalised rows.
+
+    ``view1``, ``view2``: (N, d), row i of each are a positive pair; rows are normalised to
+    the unit sphere first. Lower is better (positives close); the range is [0, 2^α].
+    """
+    check_tensor("view1", view1, ("N", "d"), floating=True)
+    check_tensor("view2", view2, ("N", "d"), floating=True)
+    check_same("shape", view1=tuple(view1.shape), view2=tuple(view2.shape))
+    check_positive("alpha", alpha)
+    f = F.normalize(_work(view1), dim=-1)
+    g = F.normalize(_work(view2), dim=-1)
+    return ((f - g).pow(2).sum(-1) + 1e-12).pow(alpha / 2).mean()
+
+
+def uniformity_loss(embeddings: torch.Tensor, t: float = 2.0) -> torch.Tensor:
+    """Uniformity (Wang & Isola 2020): ``log mean_{i<j} exp(−t ‖f_i − f_j‖²)``, normalised rows.
+
+    ``embeddings``: (n, d) with n ≥ 2, normalised to the unit sphere first; computed with
+    logsumexp. Lower is more uniform; a collapsed representation (all rows equal) gives
+    the maximum, 0.
+    """
+    _check_embeddings("embeddings", embeddings)
+    if embeddings.shape[0] < 2:
+        raise ValueError(f"embeddings must have at least 2 rows, got {embeddings.shape[0]}")
+    check_positive("t", t)
+    f = F.normalize(_work(embeddings), dim=-1)
+    sq = pairwise_squared_distance(f)
+    i, j = torch.triu_indices(f.shape[0], f.shape[0], offset=1, device=f.device)
+    return torch.logsumexp(-t * sq[i, j], dim=0) - math.log(i.numel())
+
+
+class InfoNCELoss(nn.Module):
+    """Module form of :func:`info_nce_loss`: ``forward(query, key)``."""
+
+    def __init__(self, temperature: float = 1.0, *, symmetric: bool = False,
+                 normalize: bool = False, reduction: str = "mean") -> None:
+        super().__init__()
+        self.temperature = check_positive("temperature", temperature)
+        self.symmetric, self.normalize = symmetric, normalize
+        self.reduction = check_reduction(reduction)
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        return info_nce_loss(query, key, self.temperature, symmetric=self.symmetric,
+                             normalize=self.normalize, reduction=self.reduction)
+
+
+class NTXentLoss(nn.Module):
+    """Module form of :func:`nt_xent_loss`: ``forward(view1, view2)``."""
+
+    def __init__(self, temperature: float = 0.5, *, reduction: str = "mean") -> None:
+        super().__init__()
+        self.temperature = check_positive("temperature", temperature)
+        self.reduction = check_reduction(reduction)
+
+    def forward(self, view1: torch.Tensor, view2: torch.Tensor) -> torch.Tensor:
+        return nt_xent_loss(view1, view2, self.temperature, reduction=self.reduction)
+
+
+class NTBXentLoss(nn.Module):
+    """Module form of :func:`nt_bxent_loss`: ``forward(embeddings, positive_pairs)``."""
+
+    def __init__(self, temperature: float = 0.5, *, reduction: str = "mean") -> None:
+        super().__init__()
+        self.temperature = check_positive("temperature", temperature)
+        self.reduction = check_reduction(reduction)
+
+    def forward(self, embeddings: torch.Tensor, positive_pairs: torch.Tensor) -> torch.Tensor:
+        return nt_bxent_loss(embeddings, positive_pairs, self.temperature,
+                             reduction=self.reduction)
+
+
+class SupConLoss(nn.Module):
+    """Module form of :func:`supcon_loss`: ``forward(embeddings, labels)``."""
+
+    def __init__(self, temperature: float = 0.1, *, variant: str = "out",
+                 reduction: str = "mean") -> None:
+        super().__init__()
+        if variant not in _SUPCON_VARIANTS:
+            raise ValueError(f"variant must be one of {_SUPCON_VARIANTS}, got {variant!r}")
+        self.temperature = check_positive("temperature", temperature)
+        self.variant = variant
+        self.reduction = check_reduction(reduction)
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return supcon_loss(embeddings, labels, self.temperature, variant=self.variant,
+                           reduction=self.reduction)
+
+
+class SoftNearestNeighborLoss(nn.Module):
+    """Module form of :func:`soft_nearest_neighbor_loss`, optionally learning T.
+
+    The temperature is stored as ``log_temperature`` (so T = exp(·) stays > 0): an
+    ``nn.Parameter`` when ``learnable_temperature=True`` (give it to the optimizer with the
+    model's parameters), a buffer otherwise. ``forward(embeddings, labels)``.
+    """
+
+    def __init__(self, temperature: float = 1.0, *, distance: str = "squared_euclidean",
+                 learnable_temperature: bool = False, reduction: str = "mean") -> None:
+        super().__init__()
+        check_positive("temperature", temperature)
+        if distance not in _DISTANCES:
+            raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}")
+        self.distance = distance
+        self.reduction = check_reduction(reduction)
+        log_t = torch.tensor(math.log(float(temperature)))
+        if learnable_temperature:
+            self.log_temperature = nn.Parameter(log_t)
+        else:
+            self.register_buffer("log_temperature", log_t)
+
+    @property
+    def temperature(self) -> torch.Tensor:
+        """T = exp(log_temperature), a 0-dim tensor."""
+        return self.log_temperature.exp()
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return soft_nearest_neighbor_loss(embeddings, labels, self.temperature,
+                                          distance=self.distance, reduction=self.reduction)
