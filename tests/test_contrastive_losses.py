@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import candidate_sampling.losses as losses
+from candidate_sampling import losses
 from candidate_sampling.losses import (
     InfoNCELoss,
     NTBXentLoss,
@@ -319,11 +319,11 @@ def test_gradcheck_all_losses():
     assert torch.autograd.gradcheck(lambda a, b: nt_xent_loss(a, b, 0.3), (x, y))
     assert torch.autograd.gradcheck(lambda a: nt_bxent_loss(a, pairs, 0.3), (x,))
     for variant in ("out", "in"):
-        assert torch.autograd.gradcheck(lambda a: supcon_loss(a, labels, 0.3, variant=variant),
+        assert torch.autograd.gradcheck(lambda a, v=variant: supcon_loss(a, labels, 0.3, variant=v),
                                         (x,))
     for distance in ("squared_euclidean", "cosine"):
         assert torch.autograd.gradcheck(
-            lambda a: soft_nearest_neighbor_loss(a, labels, 0.8, distance=distance), (x,))
+            lambda a, m=distance: soft_nearest_neighbor_loss(a, labels, 0.8, distance=m), (x,))
     t = torch.tensor(0.8, dtype=D64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, temp: soft_nearest_neighbor_loss(a, labels, temp),
                                     (x, t))

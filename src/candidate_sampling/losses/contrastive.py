@@ -54,20 +54,20 @@ from candidate_sampling.losses.core import (
 )
 
 __all__ = [
+    "InfoNCELoss",
+    "NTBXentLoss",
+    "NTXentLoss",
+    "SoftNearestNeighborLoss",
+    "SupConLoss",
+    "alignment_loss",
+    "info_nce_loss",
+    "nt_bxent_loss",
+    "nt_xent_loss",
     "pairwise_cosine_similarity",
     "pairwise_squared_distance",
-    "info_nce_loss",
-    "nt_xent_loss",
-    "nt_bxent_loss",
-    "supcon_loss",
     "soft_nearest_neighbor_loss",
-    "alignment_loss",
+    "supcon_loss",
     "uniformity_loss",
-    "InfoNCELoss",
-    "NTXentLoss",
-    "NTBXentLoss",
-    "SupConLoss",
-    "SoftNearestNeighborLoss",
 ]
 
 _HALF = (torch.float16, torch.bfloat16)
