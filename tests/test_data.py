@@ -300,7 +300,7 @@ def test_every_source_failing_raises_one_error_naming_each_and_the_manual_steps(
         f"{recbole.name} from PyPI",
         f"put one of these files in {folder}",
         "ml-100k.zip", "recbole-1.2.1-py3-none-any.whl", data.DATA_ENV_VAR,
-        "pip download --no-deps --only-binary=:all: recbole==1.2.1",
+        f"pip download --no-deps --only-binary=:all: recbole==1.2.1 -d {folder}`",
     ):  # fmt: skip
         assert needle in message
     assert message.count("unreachable in this test") == 2

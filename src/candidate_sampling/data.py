@@ -51,6 +51,7 @@ import csv
 import io
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -164,7 +165,7 @@ class Source:
     filename: str
     known_hash: str  # "md5:…" or "sha256:…", as pooch writes it
     origin: str  # where it is fetched from, for messages
-    manual: str  # how a person can get the file by hand
+    manual: str  # how a person can get the file by hand; "{folder}" = the cache folder
     fetch: Callable[[Source, Path], None]
     read: Callable[[Path], tuple[pd.DataFrame, pd.DataFrame]]
 
@@ -319,7 +320,8 @@ def _pip_download(requirement: str, dest: Path) -> None:
     )
     if done.returncode != 0:
         tail = " ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
-        raise RuntimeError(f"`{' '.join(command[1:])}` exited with {done.returncode}: {tail}")
+        shown = " ".join(["python", *command[1:]])
+        raise RuntimeError(f"`{shown}` exited with {done.returncode}: {tail}")
 
 
 def _verify_hash(path: Path, known_hash: str) -> None:
@@ -359,8 +361,8 @@ RECBOLE = Source(
     known_hash=RECBOLE_SHA256,
     origin=f"PyPI, via `{Path(sys.executable).name} -m pip download {RECBOLE_REQUIREMENT}`",
     manual=(
-        f"run `pip download --no-deps --only-binary=:all: {RECBOLE_REQUIREMENT}`, or download "
-        f"it from https://pypi.org/project/recbole/1.2.1/#files"
+        f"run `python -m pip download --no-deps --only-binary=:all: {RECBOLE_REQUIREMENT} "
+        "-d {folder}`, or download it from https://pypi.org/project/recbole/1.2.1/#files"
     ),
     fetch=fetch_recbole_wheel,
     read=read_recbole_wheel,
@@ -436,7 +438,6 @@ def load_movielens_100k(cache_dir: str | os.PathLike | None = None) -> MovieLens
             source.fetch(source, folder)
             return _load_verified(source, folder / source.filename, "download")
         except Exception as err:  # noqa: BLE001 (any failure: report it, try the next source)
-            (folder / source.filename).unlink(missing_ok=True)  # never leave an unverified file
             tried.append(f"{source.name} from {source.origin}: {_describe(err)}")
     raise MovieLensUnavailable(_unavailable_message(folder, sources, tried))
 
@@ -445,7 +446,8 @@ def _unavailable_message(folder: Path, sources: Sequence[Source], tried: Sequenc
     lines = ["MovieLens-100K is not available. Tried, in order:"]
     lines += [f"  {i}. {attempt}" for i, attempt in enumerate(tried, 1)]
     lines.append(f"To provide it by hand, put one of these files in {folder}:")
-    lines += [f"  - {s.filename} ({s.known_hash}): {s.manual}" for s in sources]
+    manual = [s.manual.replace("{folder}", shlex.quote(str(folder))) for s in sources]
+    lines += [f"  - {s.filename} ({s.known_hash}): {m}" for s, m in zip(sources, manual)]
     lines.append(
         f"or set {DATA_ENV_VAR} (or pass cache_dir=) to a folder that holds one. "
         "The file is checked against the hash above before it is used."
