@@ -1,0 +1,480 @@
+"""Candidate samplers: uniform, log-uniform (Zipfian) and unigram, with expected counts.
+
+Every sampler draws ids from a fixed proposal distribution ``p`` over the catalogue
+``[0, num_classes)`` and reports, for any id, the **log expected count** of that id in the
+sampled set (TensorFlow's semantics, chapter 4):
+
+* with replacement, ``k`` independent draws: ``E(y) = k · p(y)``;
+* without replacement (``unique=True``): draws are made one at a time until ``k``
+  *distinct* ids have been seen, which takes ``num_tries ≥ k`` draws, and
+  ``E(y) = 1 − (1 − p(y))^num_tries``, computed as ``-expm1(num_tries · log1p(-p))``.
+
+**TF's fallback, not replicated.** TensorFlow's ``range_sampler.cc`` returns ``k · p``
+instead of the formula above when no draw was rejected (``num_tries == k``). That makes
+the reported value jump, and above 1 for head ids with ``k · p > 1``, although an
+inclusion probability never exceeds 1. This package always uses
+``1 − (1 − p)^num_tries``: the probability that ``y`` shows up in ``num_tries`` independent
+draws. (It is still an approximation: ``num_tries`` is a stopping time that depends on
+the draws. It is excellent while ``k`` is small against the number of ids that carry the
+mass; as ``k`` approaches the number of classes it *under*-states the inclusion of the
+rarest ids — with ``k = |V|`` every id is included for sure. The tests measure both
+regimes.)
+
+**Excluded ids** (``exclude=``, e.g. a padding id) have probability 0, are never drawn,
+and the remaining probabilities are renormalised; their log expected count is ``-inf``.
+
+**Draws.** All draws are vectorised on the sampler's device and reproducible through a
+``torch.Generator`` on that device:
+
+* uniform: ``torch.randint`` over the allowed ids, O(1) per draw (excluded ids are skipped
+  by a rank → id map, a binary search over the few excluded ids);
+* log-uniform: inverse CDF, ``floor(exp(u · log(N + 1))) − 1`` in float64, O(1) per draw;
+  excluded ids are removed by rejection (redrawn);
+* unigram: Walker's alias table, O(1) per draw, built in O(|V|) vectorised work (no Python
+  loop over items) by the prefix-sum formulation of the *sweep* construction
+  (Hübschle-Schneider & Sanders, "Parallel weighted random sampling", 2022); see
+  :func:`build_alias_table`.
+
+Unique sampling runs in vectorised *rounds*: each round draws a chunk of ids, finds the
+ones that are new (first occurrence in the chunk and not seen before), and stops at the
+draw that brings the number of distinct ids to ``k``, exactly as drawing one at a time
+would; the chunk doubles from round to round. The uniform sampler with ``k`` a sizeable
+fraction of ``|V|`` instead takes a random permutation and draws ``num_tries`` from its
+exact (coupon-collector) distribution.
+
+Chapters 2–4 explain the samplers; chapter 4 checks the expected counts by Monte Carlo.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+from candidate_sampling._validate import check_ids, check_int_range
+
+__all__ = [
+    "CandidateDraw",
+    "CandidateSampler",
+    "UniformSampler",
+    "LogUniformSampler",
+    "UnigramSampler",
+    "build_alias_table",
+    "log_expected_count",
+]
+
+#: Unique sampling gives up (RuntimeError) after this many raw draws.
+MAX_TRIES = 200_000_000
+_MAX_CHUNK = 1 << 22
+
+
+def _supports_float64(device: torch.device) -> bool:
+    return device.type != "mps"
+
+
+def _work_dtype(device: torch.device) -> torch.dtype:
+    return torch.float64 if _supports_float64(device) else torch.float32
+
+
+def log_expected_count(
+    probs: torch.Tensor, num_samples: int, num_tries: int, unique: bool
+) -> torch.Tensor:
+    """Log expected count of ids with per-draw probability ``probs`` in a draw (chapter 4).
+
+    ``unique=False``: ``log(k · p)`` with ``k = num_samples``;
+    ``unique=True``: ``log(1 − (1 − p)^num_tries)`` = ``log(-expm1(num_tries · log1p(-p)))``.
+    ``probs``: any shape → float32 of the same shape (``-inf`` where ``p = 0``).
+    """
+    work = probs.to(_work_dtype(probs.device))
+    if unique:
+        out = torch.log(-torch.expm1(num_tries * torch.log1p(-work)))
+    else:
+        out = torch.log(num_samples * work)
+    return out.float()
+
+
+@dataclass(frozen=True)
+class CandidateDraw:
+    """One draw of sampled candidates, shared by a batch.
+
+    ``ids``: (k,) int64 sampled ids on the sampler's device (in order of first appearance
+    for unique draws); ``log_expected_count``: (k,) float32 log expected count of each
+    sampled id under this draw; ``num_tries``: raw draws made (``== k`` with replacement);
+    ``unique``: whether the ids are distinct. ``sampler`` (not part of equality or repr)
+    lets :meth:`log_expected_count_of` compute the log expected count of other ids, e.g.
+    the true ones.
+    """
+
+    ids: torch.Tensor
+    log_expected_count: torch.Tensor
+    num_tries: int
+    unique: bool
+    sampler: CandidateSampler | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def num_samples(self) -> int:
+        """k, the number of sampled ids."""
+        return int(self.ids.numel())
+
+    def log_expected_count_of(self, ids: torch.Tensor) -> torch.Tensor:
+        """Log expected count of any ``ids`` (any shape) under this draw; same shape, float32."""
+        if self.sampler is None:
+            raise ValueError("draw has no sampler attached: use sampler.log_expected_count(ids, draw)")
+        return self.sampler.log_expected_count(ids, self)
+
+
+def _as_exclude(exclude: Iterable[int] | torch.Tensor | None, num_classes: int) -> torch.Tensor:
+    """Sorted unique excluded ids as a CPU int64 tensor (validated)."""
+    if exclude is None:
+        return torch.empty(0, dtype=torch.long)
+    if isinstance(exclude, int):
+        exclude = [exclude]
+    ex = torch.as_tensor(list(exclude) if not isinstance(exclude, torch.Tensor) else exclude)
+    ex = ex.reshape(-1)
+    if ex.numel() == 0:
+        return torch.empty(0, dtype=torch.long)
+    check_ids("exclude", ex, num_classes)
+    ex = torch.unique(ex.to(device="cpu", dtype=torch.long))
+    if ex.numel() >= num_classes:
+        raise ValueError(f"exclude must leave at least one id, got all {num_classes} excluded")
+    return ex
+
+
+class CandidateSampler:
+    """Base class: a fixed proposal over ``[0, num_classes)`` that draws candidate sets.
+
+    Subclasses implement :meth:`_draw` (``m`` i.i.d. ids from the renormalised proposal)
+    and :meth:`_probs_of` (per-draw probability of given ids).
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        device: torch.device | str | None = None,
+        exclude: Iterable[int] | torch.Tensor | None = None,
+    ) -> None:
+        check_int_range("num_classes", num_classes, 1)
+        self.num_classes = num_classes
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.exclude = _as_exclude(exclude, num_classes).to(self.device)
+        self.num_allowed = num_classes - int(self.exclude.numel())
+        self._probs: torch.Tensor | None = None
+
+    # -- to be provided by subclasses -------------------------------------------------
+    def _draw(self, m: int, generator: torch.Generator | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _probs_of(self, ids: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- public API ----------------------------------------------------------------------
+    @property
+    def probs(self) -> torch.Tensor:
+        """(|V|,) float32 per-draw probability (0 for excluded ids), sums to 1."""
+        if self._probs is None:
+            ids = torch.arange(self.num_classes, device=self.device)
+            self._probs = self._probs_of(ids).float()
+        return self._probs
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_classes={self.num_classes}, device={self.device}, "
+            f"excluded={int(self.exclude.numel())})"
+        )
+
+    def _check_generator(self, generator: torch.Generator | None) -> None:
+        if generator is None:
+            return
+        if not isinstance(generator, torch.Generator):
+            raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        if generator.device.type != self.device.type:
+            raise ValueError(
+                f"generator must live on the sampler's device {self.device}, "
+                f"got a generator on {generator.device}"
+            )
+
+    def sample(
+        self, num_samples: int, unique: bool = False, generator: torch.Generator | None = None
+    ) -> CandidateDraw:
+        """Draw ``num_samples`` (k) candidate ids, with or without replacement.
+
+        ``unique=False``: k i.i.d. draws (``num_tries == k``), expected count ``k · p``.
+        ``unique=True``: draw until k distinct ids (TF's semantics), expected count
+        ``1 − (1 − p)^num_tries``; requires ``k ≤ |V| − |excluded|``.
+        Returns a :class:`CandidateDraw` with ``ids: (k,)`` on the sampler's device.
+        """
+        check_int_range("num_samples", num_samples, 1)
+        if not isinstance(unique, bool):
+            raise ValueError(f"unique must be a bool, got {type(unique).__name__}")
+        self._check_generator(generator)
+        if unique:
+            if num_samples > self.num_allowed:
+                raise ValueError(
+                    f"num_samples must be <= the number of drawable classes "
+                    f"({self.num_allowed}) when unique=True, got {num_samples}"
+                )
+            ids, tries = self._sample_unique(num_samples, generator)
+        else:
+            ids, tries = self._draw(num_samples, generator), num_samples
+        lec = log_expected_count(self._probs_of(ids), num_samples, tries, unique)
+        return CandidateDraw(ids=ids, log_expected_count=lec, num_tries=tries, unique=unique, sampler=self)
+
+    def log_expected_count(self, ids: torch.Tensor, draw: CandidateDraw) -> torch.Tensor:
+        """Log expected count of ``ids`` (any shape, true or sampled) under ``draw``.
+
+        With replacement ``log(k · p)``; unique ``log(-expm1(num_tries · log1p(-p)))``.
+        Returns float32 of ``ids``' shape on the sampler's device; ``-inf`` for excluded ids.
+        """
+        if not isinstance(ids, torch.Tensor):
+            raise ValueError(f"ids must be a torch.Tensor, got {type(ids).__name__}")
+        check_ids("ids", ids, self.num_classes)
+        if not isinstance(draw, CandidateDraw):
+            raise ValueError(f"draw must be a CandidateDraw, got {type(draw).__name__}")
+        p = self._probs_of(ids.to(self.device).long())
+        return log_expected_count(p, draw.num_samples, draw.num_tries, draw.unique)
+
+    # -- unique sampling in vectorised rounds -------------------------------------------
+    def _sample_unique(self, k: int, generator: torch.Generator | None) -> tuple[torch.Tensor, int]:
+        collected = torch.empty(0, dtype=torch.long, device=self.device)
+        tries = 0
+        remaining = k
+        chunk = max(2 * k, 64)
+        while True:
+            draws = self._draw(chunk, generator)
+            new = _new_ids_mask(draws, collected)
+            counts = torch.cumsum(new, 0)
+            total_new = int(counts[-1])
+            if total_new >= remaining:
+                pos = int(torch.searchsorted(counts, torch.tensor([remaining], device=self.device)))
+                tries += pos + 1
+                collected = torch.cat([collected, draws[: pos + 1][new[: pos + 1]]])
+                return collected, tries
+            collected = torch.cat([collected, draws[new]])
+            tries += chunk
+            remaining -= total_new
+            if tries > MAX_TRIES:
+                raise RuntimeError(
+                    f"unique sampling of {k} ids needed more than {MAX_TRIES} draws; the "
+                    "proposal puts too little mass on too many ids for this num_samples"
+                )
+            chunk = min(2 * chunk, _MAX_CHUNK)
+
+
+def _new_ids_mask(draws: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
+    """Boolean mask over ``draws``: first occurrence of a value that is not in ``seen``.
+
+    One stable sort of ``cat([seen, draws])``: within a run of equal values, ``seen``
+    entries come first, so a run's first element is a draw exactly when the value is new.
+    """
+    values = torch.cat([seen, draws])
+    sorted_values, order = torch.sort(values, stable=True)
+    starts = torch.ones_like(sorted_values, dtype=torch.bool)
+    starts[1:] = sorted_values[1:] != sorted_values[:-1]
+    first_index = order[starts]
+    first_index = first_index[first_index >= seen.numel()] - seen.numel()
+    mask = torch.zeros(draws.numel(), dtype=torch.bool, device=draws.device)
+    mask[first_index] = True
+    return mask
+
+
+class UniformSampler(CandidateSampler):
+    """Uniform proposal: ``p(y) = 1 / (|V| − |excluded|)`` for every allowed id (chapters 2–4)."""
+
+    def __init__(
+        self,
+        num_classes: int,
+        device: torch.device | str | None = None,
+        exclude: Iterable[int] | torch.Tensor | None = None,
+    ) -> None:
+        super().__init__(num_classes, device, exclude)
+        # rank r among allowed ids → id r + #{excluded e : e − (its index) ≤ r}
+        self._shifted_exclude = self.exclude - torch.arange(self.exclude.numel(), device=self.device)
+
+    def _rank_to_id(self, ranks: torch.Tensor) -> torch.Tensor:
+        if self.exclude.numel() == 0:
+            return ranks
+        return ranks + torch.searchsorted(self._shifted_exclude, ranks, right=True)
+
+    def _draw(self, m: int, generator: torch.Generator | None) -> torch.Tensor:
+        ranks = torch.randint(0, self.num_allowed, (m,), generator=generator, device=self.device)
+        return self._rank_to_id(ranks)
+
+    def _probs_of(self, ids: torch.Tensor) -> torch.Tensor:
+        p = torch.full(ids.shape, 1.0 / self.num_allowed, dtype=_work_dtype(self.device), device=self.device)
+        if self.exclude.numel():
+            p = p.masked_fill(torch.isin(ids, self.exclude), 0.0)
+        return p
+
+    def _sample_unique(self, k: int, generator: torch.Generator | None) -> tuple[torch.Tensor, int]:
+        n = self.num_allowed
+        if 4 * k <= n:
+            return super()._sample_unique(k, generator)
+        # A uniform random k-subset in random order; num_tries is independent of it:
+        # tries = k + sum_{i=1}^{k-1} Geometric failures with failure probability i / n.
+        ranks = torch.randperm(n, generator=generator, device=self.device)[:k]
+        dtype = _work_dtype(self.device)
+        i = torch.arange(1, k, dtype=dtype, device=self.device)
+        u = 1.0 - torch.rand(k - 1, dtype=dtype, generator=generator, device=self.device)  # (0, 1]
+        failures = torch.floor(torch.log(u) / torch.log(i / n))
+        tries = k + int(failures.sum())
+        return self._rank_to_id(ranks), tries
+
+
+class LogUniformSampler(CandidateSampler):
+    """Log-uniform (Zipfian) proposal over ``[0, N)``, TF's ``log_uniform_candidate_sampler``.
+
+    ``p(c) = log((c + 2) / (c + 1)) / log(N + 1)``, which suits ids sorted by decreasing
+    frequency. Drawn in O(1) by the inverse CDF ``floor(exp(u · log(N + 1))) − 1`` with
+    ``u ~ U[0, 1)`` in float64 (float32 cannot reach every tail id when N ~ 10^7; on Apple
+    MPS, which lacks float64, ``u`` is drawn on the CPU from a seed taken from the device
+    generator). Excluded ids are redrawn (rejection), which samples the renormalised
+    proposal exactly. Chapter 3 introduces it as NCE's noise distribution.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        device: torch.device | str | None = None,
+        exclude: Iterable[int] | torch.Tensor | None = None,
+    ) -> None:
+        super().__init__(num_classes, device, exclude)
+        self._log_range = math.log(num_classes + 1.0)
+        if self.exclude.numel():
+            excluded_mass = float(self._raw_probs(self.exclude.to(torch.float64)).sum())
+        else:
+            excluded_mass = 0.0
+        self._kept_mass = 1.0 - excluded_mass
+
+    def _raw_probs(self, ids: torch.Tensor) -> torch.Tensor:
+        return torch.log1p(1.0 / (ids + 1.0)) / self._log_range
+
+    def _probs_of(self, ids: torch.Tensor) -> torch.Tensor:
+        p = self._raw_probs(ids.to(_work_dtype(self.device))) / self._kept_mass
+        if self.exclude.numel():
+            p = p.masked_fill(torch.isin(ids, self.exclude), 0.0)
+        return p
+
+    def _raw_draw(self, m: int, generator: torch.Generator | None) -> torch.Tensor:
+        if _supports_float64(self.device):
+            u = torch.rand(m, dtype=torch.float64, generator=generator, device=self.device)
+            ids = torch.floor(torch.exp(u * self._log_range)).long() - 1
+        else:  # MPS: no float64 on the device
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=self.device))
+            cpu = torch.Generator().manual_seed(seed)
+            u = torch.rand(m, dtype=torch.float64, generator=cpu)
+            ids = (torch.floor(torch.exp(u * self._log_range)).long() - 1).to(self.device)
+        return ids.clamp_(0, self.num_classes - 1)
+
+    def _draw(self, m: int, generator: torch.Generator | None) -> torch.Tensor:
+        if self.exclude.numel() == 0:
+            return self._raw_draw(m, generator)
+        parts: list[torch.Tensor] = []
+        have = 0
+        while have < m:
+            need = m - have
+            extra = int(need / max(self._kept_mass, 1e-3) * 1.1) + 16
+            ids = self._raw_draw(extra, generator)
+            ids = ids[~torch.isin(ids, self.exclude)]
+            parts.append(ids)
+            have += int(ids.numel())
+        return torch.cat(parts)[:m]
+
+
+def build_alias_table(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Walker's alias table for ``p ∝ weights``, built without a loop over items.
+
+    ``weights``: (n,) non-negative, finite, not all zero. Returns ``(threshold, alias)``,
+    both (n,): draw a bucket ``i`` uniformly and ``u ~ U[0, 1)``; the id is ``i`` if
+    ``u < threshold[i]`` else ``alias[i]``. Then ``P(id = j) = (threshold[j] +
+    Σ_{i: alias[i] = j} (1 − threshold[i])) / n = p_j``.
+
+    Construction (the sweep of Hübschle-Schneider & Sanders 2022, written with prefix
+    sums): scale weights to mean 1; *light* items (w < 1) need ``1 − w`` extra mass,
+    *heavy* items (w ≥ 1) have ``w − 1`` to give. The sequential sweep fills light items
+    in order from the current heavy item and, when a heavy item's remainder drops to
+    ≤ 1, lets it become a bucket filled by the next heavy item. With ``D`` the exclusive
+    prefix sums of the light deficits and ``S`` the inclusive prefix sums of the heavy
+    surpluses, light item ``i`` is filled by heavy item ``searchsorted(S, D_i, right)``
+    and heavy item ``j`` keeps ``1 + S_j − D_{m_j}`` of its own bucket (``m_j`` = number
+    of light items with ``D < S_j``) and takes the rest from heavy item ``j + 1``.
+    O(n log n) work for the searches, all vectorised; float64 on the CPU or CUDA.
+    """
+    device = weights.device
+    work_device = device if _supports_float64(device) else torch.device("cpu")
+    w = weights.to(device=work_device, dtype=torch.float64)
+    n = w.numel()
+    w = w * (n / w.sum())
+    light = torch.nonzero(w < 1.0).squeeze(1)
+    heavy = torch.nonzero(w >= 1.0).squeeze(1)
+    threshold = torch.ones(n, dtype=torch.float64, device=work_device)
+    alias = torch.arange(n, device=work_device)
+    if light.numel():
+        deficit = 1.0 - w[light]
+        d_excl = torch.cumsum(deficit, 0) - deficit
+        s_incl = torch.cumsum(w[heavy] - 1.0, 0)
+        filler = torch.searchsorted(s_incl, d_excl, right=True).clamp_(max=heavy.numel() - 1)
+        threshold[light] = w[light]
+        alias[light] = heavy[filler]
+        # heavy items: remainder kept in own bucket, topped up by the next heavy item
+        d_all = torch.cat([d_excl, (d_excl[-1:] + deficit[-1:])])  # exclusive sums, + total
+        m = torch.searchsorted(d_excl, s_incl, right=False)
+        keep = (1.0 + s_incl - d_all[m]).clamp_(0.0, 1.0)
+        keep[-1] = 1.0  # the last heavy item keeps the rest (exactly 1 up to rounding)
+        threshold[heavy] = keep
+        alias[heavy[:-1]] = heavy[1:]
+    return threshold.to(device=device, dtype=torch.float32), alias.to(device)
+
+
+class UnigramSampler(CandidateSampler):
+    """Unigram proposal from counts: ``p(y) ∝ counts[y] ** distortion`` (word2vec: 0.75).
+
+    ``counts``: (|V|,) positive finite counts (add one to unseen ids, or exclude them).
+    Drawn in O(1) per sample from a Walker alias table (:func:`build_alias_table`),
+    built once in O(|V|) vectorised float64 work. Chapters 2–4.
+    """
+
+    def __init__(
+        self,
+        counts: torch.Tensor,
+        distortion: float = 0.75,
+        device: torch.device | str | None = None,
+        exclude: Iterable[int] | torch.Tensor | None = None,
+    ) -> None:
+        counts = torch.as_tensor(counts)
+        if counts.dim() != 1 or counts.numel() == 0:
+            raise ValueError(f"counts must have shape (|V|,) and not be empty, got {tuple(counts.shape)}")
+        if counts.dtype == torch.bool or counts.is_complex():
+            raise ValueError(f"counts must be a real tensor, got {counts.dtype}")
+        c64 = counts.detach().to(dtype=torch.float64)
+        if not bool(torch.isfinite(c64).all()):
+            raise ValueError("counts must be finite, got NaN or infinite entries")
+        if not bool((c64 > 0).all()):
+            raise ValueError(
+                f"counts must be > 0 (add a pseudo-count or exclude the id), got minimum {float(c64.min())}"
+            )
+        if isinstance(distortion, bool) or not isinstance(distortion, (int, float)):
+            raise ValueError(f"distortion must be a number, got {type(distortion).__name__}")
+        if not math.isfinite(distortion) or distortion < 0:
+            raise ValueError(f"distortion must be >= 0 and finite, got {distortion!r}")
+        super().__init__(counts.numel(), device, exclude)
+        self.distortion = float(distortion)
+        weights = c64.to(self.device if _supports_float64(self.device) else "cpu") ** self.distortion
+        if self.exclude.numel():
+            weights[self.exclude.to(weights.device)] = 0.0
+        total = weights.sum()
+        if not bool(torch.isfinite(total)) or float(total) <= 0:
+            raise ValueError("counts ** distortion must have a finite positive sum")
+        self._p = (weights / total).to(device=self.device, dtype=_work_dtype(self.device))
+        self._threshold, self._alias = build_alias_table(weights)
+        self._threshold = self._threshold.to(self.device)
+        self._alias = self._alias.to(self.device)
+
+    def _probs_of(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._p[ids]
+
+    def _draw(self, m: int, generator: torch.Generator | None) -> torch.Tensor:
+        bucket = torch.randint(0, self.num_classes, (m,), generator=generator, device=self.device)
+        u = torch.rand(m, generator=generator, device=self.device)
+        return torch.where(u < self._threshold[bucket], bucket, self._alias[bucket])
