@@ -105,7 +105,9 @@ def test_softmax_cross_entropy_matches_loop(reduction):
     out = softmax_cross_entropy(logits, targets, reduction)
     expected = {"mean": ref.mean(), "sum": ref.sum(), "none": ref}[reduction]
     torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(softmax_cross_entropy(logits, targets), F.cross_entropy(logits, targets))
+    torch.testing.assert_close(
+        softmax_cross_entropy(logits, targets), F.cross_entropy(logits, targets)
+    )
 
 
 # --------------------------------------------------------------------------- importance sampling
@@ -163,7 +165,9 @@ def test_sampled_softmax_from_scores_matches_loop(per_row_q, tau):
     ref = torch.tensor(ref_sampled_softmax(pos, neg, pos_lq, neg_lq, mask, tau), dtype=D64)
     out = sampled_softmax_from_scores(pos, neg, pos_lq, neg_lq, mask, tau, "none")
     torch.testing.assert_close(out, ref)
-    torch.testing.assert_close(sampled_softmax_from_scores(pos, neg, pos_lq, neg_lq, mask, tau), ref.mean())
+    torch.testing.assert_close(
+        sampled_softmax_from_scores(pos, neg, pos_lq, neg_lq, mask, tau), ref.mean()
+    )
     torch.testing.assert_close(
         sampled_softmax_from_scores(pos, neg, pos_lq, neg_lq, mask, tau, "sum"), ref.sum()
     )
@@ -205,13 +209,28 @@ def test_sampled_softmax_loss_matches_loop(unique, remove_hits):
                 continue
             terms.append(s_neg[j] / tau - float(draw.log_expected_count[j]))
         ref.append(math.log(sum(math.exp(v) for v in terms)) - o_t)
-    out = sampled_softmax_loss(query, weights, bias, pos_ids, draw, temperature=tau,
-                               remove_accidental_hits=remove_hits, reduction="none")
+    out = sampled_softmax_loss(
+        query,
+        weights,
+        bias,
+        pos_ids,
+        draw,
+        temperature=tau,
+        remove_accidental_hits=remove_hits,
+        reduction="none",
+    )
     torch.testing.assert_close(out, torch.tensor(ref, dtype=D64), rtol=1e-5, atol=1e-5)
     # the tuple form of the draw gives the same loss
-    out2 = sampled_softmax_loss(query, weights, bias, pos_ids,
-                                (draw.ids, draw.log_expected_count, pos_lq), temperature=tau,
-                                remove_accidental_hits=remove_hits, reduction="none")
+    out2 = sampled_softmax_loss(
+        query,
+        weights,
+        bias,
+        pos_ids,
+        (draw.ids, draw.log_expected_count, pos_lq),
+        temperature=tau,
+        remove_accidental_hits=remove_hits,
+        reduction="none",
+    )
     torch.testing.assert_close(out, out2)
 
 
@@ -242,7 +261,9 @@ def test_nce_from_scores_matches_loop(per_row_q, use_mask):
     mask = mask if use_mask else None
     for tau in (1.0, 0.5):
         ref = torch.tensor(ref_nce(pos, neg, pos_lq, neg_lq, mask, tau), dtype=D64)
-        torch.testing.assert_close(nce_from_scores(pos, neg, pos_lq, neg_lq, mask, tau, "none"), ref)
+        torch.testing.assert_close(
+            nce_from_scores(pos, neg, pos_lq, neg_lq, mask, tau, "none"), ref
+        )
         torch.testing.assert_close(nce_from_scores(pos, neg, pos_lq, neg_lq, mask, tau), ref.mean())
     # no corrections = negative sampling
     ref = torch.tensor(ref_nce(pos, neg, None, None, mask, 1.0), dtype=D64)
@@ -261,14 +282,18 @@ def test_nce_variants_follow_tfs_table():
     hits = pos_ids[:, None] == draw_ids[None, :]
     assert bool(hits.any())
     # NCE: hits kept (TF's default), log expected counts subtracted
-    torch.testing.assert_close(nce_loss(query, weights, bias, pos_ids, draw),
-                               nce_from_scores(pos, neg, pos_lq, draw_lq))
+    torch.testing.assert_close(
+        nce_loss(query, weights, bias, pos_ids, draw), nce_from_scores(pos, neg, pos_lq, draw_lq)
+    )
     # sampled logistic: hits removed
-    torch.testing.assert_close(sampled_logistic_loss(query, weights, bias, pos_ids, draw),
-                               nce_from_scores(pos, neg, pos_lq, draw_lq, hits))
+    torch.testing.assert_close(
+        sampled_logistic_loss(query, weights, bias, pos_ids, draw),
+        nce_from_scores(pos, neg, pos_lq, draw_lq, hits),
+    )
     # negative sampling: no correction
-    torch.testing.assert_close(negative_sampling_loss(query, weights, bias, pos_ids, draw),
-                               nce_from_scores(pos, neg))
+    torch.testing.assert_close(
+        negative_sampling_loss(query, weights, bias, pos_ids, draw), nce_from_scores(pos, neg)
+    )
     # the CandidateDraw form works too
     d = sampler.sample(4, unique=True, generator=gen(0))
     assert torch.isfinite(nce_loss(query, weights, bias, pos_ids, d))
@@ -326,7 +351,9 @@ def test_constant_on_log_q_cancels_in_softmax_not_in_nce(seed, c, sign):
     pos, neg, pos_lq, neg_lq, mask = random_inputs(seed, b=4, k=6)
     shift = sign * c
     base = sampled_softmax_from_scores(pos, neg, pos_lq, neg_lq, mask, reduction="none")
-    moved = sampled_softmax_from_scores(pos, neg, pos_lq + shift, neg_lq + shift, mask, reduction="none")
+    moved = sampled_softmax_from_scores(
+        pos, neg, pos_lq + shift, neg_lq + shift, mask, reduction="none"
+    )
     torch.testing.assert_close(base, moved)
     nce_base = nce_from_scores(pos, neg, pos_lq, neg_lq, mask, reduction="none")
     nce_moved = nce_from_scores(pos, neg, pos_lq + shift, neg_lq + shift, mask, reduction="none")
@@ -354,8 +381,9 @@ def test_only_the_positive_left_gives_zero_loss_and_no_nan(dtype):
     neg = torch.tensor([[1.0, 5.0], [60.0, -2.0], [3.0, 3.0]], dtype=dtype, requires_grad=True)
     mask = torch.ones(3, 2, dtype=torch.bool)
     lq = torch.tensor([-1.0, -4.0], dtype=dtype)
-    loss = sampled_softmax_from_scores(pos, neg, torch.full((3,), -2.0, dtype=dtype), lq, mask,
-                                       reduction="none")
+    loss = sampled_softmax_from_scores(
+        pos, neg, torch.full((3,), -2.0, dtype=dtype), lq, mask, reduction="none"
+    )
     assert torch.equal(loss, torch.zeros(3, dtype=loss.dtype))
     loss.sum().backward()
     assert bool(torch.isfinite(pos.grad).all()) and bool((pos.grad == 0).all())
@@ -378,7 +406,9 @@ def test_half_precision_stays_finite_and_close_to_float32(dtype):
         out = fn(p, n, pos_lq.to(dtype), neg_lq.to(dtype), mask, 0.1, "none")
         assert bool(torch.isfinite(out).all())
         out.mean().backward()
-        assert bool(torch.isfinite(p.grad.float()).all()) and bool(torch.isfinite(n.grad.float()).all())
+        assert bool(torch.isfinite(p.grad.float()).all()) and bool(
+            torch.isfinite(n.grad.float()).all()
+        )
         torch.testing.assert_close(out, ref, rtol=0.05, atol=0.5)
 
 
@@ -395,7 +425,9 @@ def test_logistic_loss_never_sees_masked_infinities():
 # --------------------------------------------------------------------------- modules
 
 
-@pytest.mark.parametrize("cls,fn", [(SampledSoftmaxLoss, sampled_softmax_loss), (NCELoss, nce_loss)])
+@pytest.mark.parametrize(
+    "cls,fn", [(SampledSoftmaxLoss, sampled_softmax_loss), (NCELoss, nce_loss)]
+)
 def test_modules_draw_then_call_the_functional(cls, fn):
     query, weights, bias, pos_ids = embedding_problem(12, v=50)
     counts = torch.arange(50, 0, -1).double()

@@ -30,8 +30,8 @@ and the remaining probabilities are renormalised; their log expected count is ``
   by a rank → id map, a binary search over the few excluded ids);
 * log-uniform: inverse CDF, ``floor(exp(u · log(N + 1))) − 1`` in float64, O(1) per draw;
   excluded ids are removed by rejection (redrawn);
-* unigram: Walker's alias table, O(1) per draw, built in O(|V|) vectorised work (no Python
-  loop over items) by the prefix-sum formulation of the *sweep* construction
+* unigram: Walker's alias table, O(1) per draw, built in O(|V| log |V|) vectorised work
+  (no Python loop over items) by the prefix-sum formulation of the *sweep* construction
   (Hübschle-Schneider & Sanders, "Parallel weighted random sampling", 2022); see
   :func:`build_alias_table`.
 
@@ -121,7 +121,9 @@ class CandidateDraw:
     def log_expected_count_of(self, ids: torch.Tensor) -> torch.Tensor:
         """Log expected count of any ``ids`` (any shape) under this draw; same shape, float32."""
         if self.sampler is None:
-            raise ValueError("draw has no sampler attached: use sampler.log_expected_count(ids, draw)")
+            raise ValueError(
+                "draw has no sampler attached: use sampler.log_expected_count(ids, draw)"
+            )
         return self.sampler.log_expected_count(ids, self)
 
 
@@ -219,7 +221,9 @@ class CandidateSampler:
         else:
             ids, tries = self._draw(num_samples, generator), num_samples
         lec = log_expected_count(self._probs_of(ids), num_samples, tries, unique)
-        return CandidateDraw(ids=ids, log_expected_count=lec, num_tries=tries, unique=unique, sampler=self)
+        return CandidateDraw(
+            ids=ids, log_expected_count=lec, num_tries=tries, unique=unique, sampler=self
+        )
 
     def log_expected_count(self, ids: torch.Tensor, draw: CandidateDraw) -> torch.Tensor:
         """Log expected count of ``ids`` (any shape, true or sampled) under ``draw``.
@@ -290,7 +294,9 @@ class UniformSampler(CandidateSampler):
     ) -> None:
         super().__init__(num_classes, device, exclude)
         # rank r among allowed ids → id r + #{excluded e : e − (its index) ≤ r}
-        self._shifted_exclude = self.exclude - torch.arange(self.exclude.numel(), device=self.device)
+        self._shifted_exclude = self.exclude - torch.arange(
+            self.exclude.numel(), device=self.device
+        )
 
     def _rank_to_id(self, ranks: torch.Tensor) -> torch.Tensor:
         if self.exclude.numel() == 0:
@@ -302,7 +308,9 @@ class UniformSampler(CandidateSampler):
         return self._rank_to_id(ranks)
 
     def _probs_of(self, ids: torch.Tensor) -> torch.Tensor:
-        p = torch.full(ids.shape, 1.0 / self.num_allowed, dtype=_work_dtype(self.device), device=self.device)
+        p = torch.full(
+            ids.shape, 1.0 / self.num_allowed, dtype=_work_dtype(self.device), device=self.device
+        )
         if self.exclude.numel():
             p = p.masked_fill(torch.isin(ids, self.exclude), 0.0)
         return p
@@ -432,7 +440,7 @@ class UnigramSampler(CandidateSampler):
 
     ``counts``: (|V|,) positive finite counts (add one to unseen ids, or exclude them).
     Drawn in O(1) per sample from a Walker alias table (:func:`build_alias_table`),
-    built once in O(|V|) vectorised float64 work. Chapters 2–4.
+    built once in O(|V| log |V|) vectorised float64 work. Chapters 2–4.
     """
 
     def __init__(
@@ -444,7 +452,9 @@ class UnigramSampler(CandidateSampler):
     ) -> None:
         counts = torch.as_tensor(counts)
         if counts.dim() != 1 or counts.numel() == 0:
-            raise ValueError(f"counts must have shape (|V|,) and not be empty, got {tuple(counts.shape)}")
+            raise ValueError(
+                f"counts must have shape (|V|,) and not be empty, got {tuple(counts.shape)}"
+            )
         if counts.dtype == torch.bool or counts.is_complex():
             raise ValueError(f"counts must be a real tensor, got {counts.dtype}")
         c64 = counts.detach().to(dtype=torch.float64)
@@ -452,7 +462,8 @@ class UnigramSampler(CandidateSampler):
             raise ValueError("counts must be finite, got NaN or infinite entries")
         if not bool((c64 > 0).all()):
             raise ValueError(
-                f"counts must be > 0 (add a pseudo-count or exclude the id), got minimum {float(c64.min())}"
+                "counts must be > 0 (add a pseudo-count or exclude the id), "
+                f"got minimum {float(c64.min())}"
             )
         if isinstance(distortion, bool) or not isinstance(distortion, (int, float)):
             raise ValueError(f"distortion must be a number, got {type(distortion).__name__}")
@@ -460,7 +471,9 @@ class UnigramSampler(CandidateSampler):
             raise ValueError(f"distortion must be >= 0 and finite, got {distortion!r}")
         super().__init__(counts.numel(), device, exclude)
         self.distortion = float(distortion)
-        weights = c64.to(self.device if _supports_float64(self.device) else "cpu") ** self.distortion
+        weights = (
+            c64.to(self.device if _supports_float64(self.device) else "cpu") ** self.distortion
+        )
         if self.exclude.numel():
             weights[self.exclude.to(weights.device)] = 0.0
         total = weights.sum()

@@ -105,7 +105,9 @@ def softmax_cross_entropy(
 # --------------------------------------------------------------------------- importance sampling
 
 
-def _check_is_inputs(scores: torch.Tensor, log_q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _check_is_inputs(
+    scores: torch.Tensor, log_q: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
         raise ValueError("scores must be a floating-point torch.Tensor of shape (..., m)")
     if scores.dim() == 0 or scores.shape[-1] == 0:
@@ -160,7 +162,9 @@ def effective_sample_size(weights: torch.Tensor) -> torch.Tensor:
     if not isinstance(weights, torch.Tensor) or not weights.is_floating_point():
         raise ValueError("weights must be a floating-point torch.Tensor of shape (..., m)")
     if weights.dim() == 0 or weights.shape[-1] == 0:
-        raise ValueError(f"weights must have shape (..., m) with m >= 1, got {tuple(weights.shape)}")
+        raise ValueError(
+            f"weights must have shape (..., m) with m >= 1, got {tuple(weights.shape)}"
+        )
     return 1.0 / (weights**2).sum(-1)
 
 
@@ -176,8 +180,11 @@ def _check_scores_and_corrections(
 ) -> None:
     check_tensor("positive_scores", positive_scores, ("B",), floating=True)
     check_tensor("negative_scores", negative_scores, ("B", "k"), floating=True)
-    check_same("batch size B", positive_scores=positive_scores.shape[0],
-               negative_scores=negative_scores.shape[0])
+    check_same(
+        "batch size B",
+        positive_scores=positive_scores.shape[0],
+        negative_scores=negative_scores.shape[0],
+    )
     b, k = negative_scores.shape
     if positive_log_q is not None:
         check_tensor("positive_log_q", positive_log_q, (b,), floating=True)
@@ -220,7 +227,9 @@ def sampled_softmax_from_scores(
     ``negative_log_q``: (k,) shared by the batch or (B, k); ``mask``: (B, k) bool, True =
     remove. float16 / bfloat16 inputs are computed in float32. Reduction: mean over rows.
     """
-    _check_scores_and_corrections(positive_scores, negative_scores, positive_log_q, negative_log_q, mask)
+    _check_scores_and_corrections(
+        positive_scores, negative_scores, positive_log_q, negative_log_q, mask
+    )
     pos = correct_logits(_upcast(positive_scores), positive_log_q, temperature)
     neg = correct_logits(_upcast(negative_scores), negative_log_q, temperature)
     neg = mask_logits(neg, mask)
@@ -297,7 +306,7 @@ def sampled_softmax_loss(
     reduction: str = "mean",
     sparse: bool = False,
 ) -> torch.Tensor:
-    """Sampled softmax from embeddings, TF's ``sampled_softmax_loss`` in the package's terms (ch. 4).
+    """Sampled softmax from embeddings: TF's ``sampled_softmax_loss``, chapter 4.
 
     Steps (TF's ``_compute_sampled_logits``): gather the rows of the true and sampled ids
     (:func:`sampled_scores`); subtract the log expected count from *both* the true logit
@@ -315,7 +324,11 @@ def sampled_softmax_loss(
     check_tensor("positive_ids", positive_ids, ("B",), floating=False)
     sampled_ids, sampled_log_q, positive_log_q = _unpack_draw(draw, positive_ids)
     pos, neg = sampled_scores(query, class_weights, class_bias, positive_ids, sampled_ids, sparse)
-    mask = accidental_hits(positive_ids, sampled_ids.to(positive_ids.device)) if remove_accidental_hits else None
+    mask = (
+        accidental_hits(positive_ids, sampled_ids.to(positive_ids.device))
+        if remove_accidental_hits
+        else None
+    )
     return sampled_softmax_from_scores(
         pos,
         neg,
@@ -358,7 +371,9 @@ def nce_from_scores(
     Shapes as in :func:`sampled_softmax_from_scores`. Computed in at least float32.
     Reduction: mean over rows of the per-row sum.
     """
-    _check_scores_and_corrections(positive_scores, negative_scores, positive_log_q, negative_log_q, mask)
+    _check_scores_and_corrections(
+        positive_scores, negative_scores, positive_log_q, negative_log_q, mask
+    )
     pos = correct_logits(_upcast(positive_scores), positive_log_q, temperature)
     neg = correct_logits(_upcast(negative_scores), negative_log_q, temperature)
     neg_terms = F.softplus(neg if mask is None else torch.where(mask, torch.zeros_like(neg), neg))
@@ -393,7 +408,11 @@ def nce_loss(
     check_tensor("positive_ids", positive_ids, ("B",), floating=False)
     sampled_ids, sampled_log_q, positive_log_q = _unpack_draw(draw, positive_ids)
     pos, neg = sampled_scores(query, class_weights, class_bias, positive_ids, sampled_ids, sparse)
-    mask = accidental_hits(positive_ids, sampled_ids.to(positive_ids.device)) if remove_accidental_hits else None
+    mask = (
+        accidental_hits(positive_ids, sampled_ids.to(positive_ids.device))
+        if remove_accidental_hits
+        else None
+    )
     return nce_from_scores(
         pos,
         neg,
@@ -418,12 +437,23 @@ def negative_sampling_loss(
 ) -> torch.Tensor:
     """Negative sampling (word2vec): the NCE logistic loss with *no* correction (chapter 3).
 
-    ``loss = softplus(−s_t/τ) + Σ_j softplus(s_j/τ)``; F learns ``log(P(y|x) / Q(y))`` with
-    Q the expected count ``k q(y)``: a PMI-like score, not a log probability. ``draw`` still supplies the
-    sampled ids; its log Q is ignored. Shapes and reduction as in :func:`nce_loss`.
+    ``loss = softplus(−s_t/τ) + Σ_j softplus(s_j/τ)``; F learns ``log(P(y|x) / Q(y))``
+    with Q the expected count ``k q(y)``: a PMI-like score, not a log probability.
+    ``draw`` still supplies the sampled ids; its log Q is ignored. Shapes and reduction as
+    in :func:`nce_loss`.
     """
-    return nce_loss(query, class_weights, class_bias, positive_ids, draw, temperature,
-                    remove_accidental_hits, False, reduction, sparse)
+    return nce_loss(
+        query,
+        class_weights,
+        class_bias,
+        positive_ids,
+        draw,
+        temperature,
+        remove_accidental_hits,
+        False,
+        reduction,
+        sparse,
+    )
 
 
 def sampled_logistic_loss(
@@ -441,8 +471,18 @@ def sampled_logistic_loss(
     TF table: input F − log Q, logistic loss; F learns the log-odds
     ``log(P(y|x) / (1 − P(y|x)))``. Shapes and reduction as in :func:`nce_loss`.
     """
-    return nce_loss(query, class_weights, class_bias, positive_ids, draw, temperature,
-                    True, True, reduction, sparse)
+    return nce_loss(
+        query,
+        class_weights,
+        class_bias,
+        positive_ids,
+        draw,
+        temperature,
+        True,
+        True,
+        reduction,
+        sparse,
+    )
 
 
 # --------------------------------------------------------------------------- modules
@@ -480,13 +520,16 @@ class _SampledLossModule(nn.Module):
         self.last_draw: CandidateDraw | None = None
 
     def _draw(self, generator: torch.Generator | None) -> CandidateDraw:
-        self.last_draw = self.sampler.sample(self.num_samples, unique=self.unique, generator=generator)
+        self.last_draw = self.sampler.sample(
+            self.num_samples, unique=self.unique, generator=generator
+        )
         return self.last_draw
 
     def extra_repr(self) -> str:
         return (
             f"sampler={self.sampler!r}, num_samples={self.num_samples}, unique={self.unique}, "
-            f"temperature={self.temperature}, remove_accidental_hits={self.remove_accidental_hits}, "
+            f"temperature={self.temperature}, "
+            f"remove_accidental_hits={self.remove_accidental_hits}, "
             f"subtract_log_q={self.subtract_log_q}, reduction={self.reduction!r}"
         )
 
@@ -510,8 +553,16 @@ class SampledSoftmaxLoss(_SampledLossModule):
         reduction: str = "mean",
         sparse: bool = False,
     ) -> None:
-        super().__init__(sampler, num_samples, unique, temperature, remove_accidental_hits,
-                         subtract_log_q, reduction, sparse)
+        super().__init__(
+            sampler,
+            num_samples,
+            unique,
+            temperature,
+            remove_accidental_hits,
+            subtract_log_q,
+            reduction,
+            sparse,
+        )
 
     def forward(
         self,
@@ -522,9 +573,18 @@ class SampledSoftmaxLoss(_SampledLossModule):
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         draw = self._draw(generator)
-        return sampled_softmax_loss(query, class_weights, class_bias, positive_ids, draw,
-                                    self.temperature, self.remove_accidental_hits,
-                                    self.subtract_log_q, self.reduction, self.sparse)
+        return sampled_softmax_loss(
+            query,
+            class_weights,
+            class_bias,
+            positive_ids,
+            draw,
+            self.temperature,
+            self.remove_accidental_hits,
+            self.subtract_log_q,
+            self.reduction,
+            self.sparse,
+        )
 
 
 class NCELoss(_SampledLossModule):
@@ -547,8 +607,16 @@ class NCELoss(_SampledLossModule):
         reduction: str = "mean",
         sparse: bool = False,
     ) -> None:
-        super().__init__(sampler, num_samples, unique, temperature, remove_accidental_hits,
-                         subtract_log_q, reduction, sparse)
+        super().__init__(
+            sampler,
+            num_samples,
+            unique,
+            temperature,
+            remove_accidental_hits,
+            subtract_log_q,
+            reduction,
+            sparse,
+        )
 
     def forward(
         self,
@@ -559,6 +627,15 @@ class NCELoss(_SampledLossModule):
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         draw = self._draw(generator)
-        return nce_loss(query, class_weights, class_bias, positive_ids, draw, self.temperature,
-                        self.remove_accidental_hits, self.subtract_log_q, self.reduction,
-                        self.sparse)
+        return nce_loss(
+            query,
+            class_weights,
+            class_bias,
+            positive_ids,
+            draw,
+            self.temperature,
+            self.remove_accidental_hits,
+            self.subtract_log_q,
+            self.reduction,
+            self.sparse,
+        )
