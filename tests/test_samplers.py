@@ -325,3 +325,41 @@ def test_excluded_true_id_has_minus_infinite_log_count():
     out = s.log_expected_count(torch.tensor([[2, 3]]), d)
     assert out.shape == (1, 2)
     assert out[0, 0] == -math.inf and math.isfinite(out[0, 1].item())
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_float32_only_device_path(name, monkeypatch):
+    # Apple MPS has no float64: the samplers then work in float32 and draw the log-uniform
+    # inverse CDF on the CPU. Exercise that code path here on the CPU.
+    import candidate_sampling.samplers as samplers_module
+
+    monkeypatch.setattr(samplers_module, "_supports_float64", lambda device: False)
+    s = make(name)
+    assert s.probs.dtype == torch.float32
+    torch.testing.assert_close(
+        s.probs.double(), torch.tensor(brute_probs(name), dtype=torch.float64), rtol=1e-5, atol=1e-8
+    )
+    a = s.sample(15, unique=True, generator=torch.Generator().manual_seed(0))
+    b = s.sample(15, unique=True, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(a.ids, b.ids) and a.ids.unique().numel() == 15
+    assert int(a.ids.min()) >= 1
+    assert bool(torch.isfinite(a.log_expected_count).all())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    log_weights=st.lists(st.floats(-25.0, 15.0), min_size=1, max_size=200),
+    zeros=st.lists(st.booleans(), min_size=200, max_size=200),
+)
+def test_alias_table_property_weights_over_many_orders_of_magnitude(log_weights, zeros):
+    w = torch.tensor(log_weights, dtype=torch.float64).exp()
+    w[torch.tensor(zeros[: w.numel()])] = 0.0
+    if float(w.sum()) == 0:
+        w[0] = 1.0
+    n = w.numel()
+    threshold, alias = build_alias_table(w)
+    t = threshold.double()
+    p = t.clone().index_add_(0, alias, 1 - t) / n
+    ref = w / w.sum()
+    assert bool(((p - ref).abs() <= 1e-7 / n + 1e-7 * ref).all())
+    assert bool((p[ref == 0] == 0).all())

@@ -350,7 +350,7 @@ class LogUniformSampler(CandidateSampler):
         super().__init__(num_classes, device, exclude)
         self._log_range = math.log(num_classes + 1.0)
         if self.exclude.numel():
-            excluded_mass = float(self._raw_probs(self.exclude.to(torch.float64)).sum())
+            excluded_mass = float(self._raw_probs(self.exclude.cpu().to(torch.float64)).sum())
         else:
             excluded_mass = 0.0
         self._kept_mass = 1.0 - excluded_mass
