@@ -414,8 +414,12 @@ def build_alias_table(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     w = weights.to(device=work_device, dtype=torch.float64)
     n = w.numel()
     w = w * (n / w.sum())
-    light = torch.nonzero(w < 1.0).squeeze(1)
-    heavy = torch.nonzero(w >= 1.0).squeeze(1)
+    # The mean is 1, so the largest weight is >= 1 mathematically; after rounding it may
+    # read 0.9999999, so it is made heavy explicitly (a sweep needs one heavy item).
+    is_heavy = w >= 1.0
+    is_heavy[torch.argmax(w)] = True
+    light = torch.nonzero(~is_heavy).squeeze(1)
+    heavy = torch.nonzero(is_heavy).squeeze(1)
     threshold = torch.ones(n, dtype=torch.float64, device=work_device)
     alias = torch.arange(n, device=work_device)
     if light.numel():
