@@ -119,6 +119,15 @@ def test_accidental_hits_among_extras_are_masked():
     assert not torch.allclose(masked[1:], dropped[1:])
 
 
+def test_diagonal_layout_equals_positive_first_layout():
+    from candidate_sampling.losses import positive_on_diagonal_loss, softmax_loss_positive_first
+
+    logits = torch.randn(4, 7, dtype=torch.float64)
+    moved = torch.stack([torch.cat([row[i:i + 1], row[:i], row[i + 1:]])
+                         for i, row in enumerate(logits)])
+    assert torch.allclose(positive_on_diagonal_loss(logits), softmax_loss_positive_first(moved))
+
+
 def test_duplicate_positive_mask():
     mask = duplicate_positive_mask(torch.tensor([4, 5, 4]), torch.tensor([4, 5, 4, 5, 9]))
     assert mask.tolist() == [

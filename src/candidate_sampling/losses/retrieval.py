@@ -16,8 +16,9 @@ Every loss composes the pipeline steps of :mod:`candidate_sampling.losses.core`:
    than column ``i`` itself, is a *duplicate positive* — with it the row would push its
    own positive down as a negative — and an extra item equal to row ``i``'s positive is an
    *accidental hit*; both are removed;
-4. the softmax cross-entropy with the positive (column ``i``) first
-   (:func:`softmax_loss_positive_first`);
+4. the softmax cross-entropy with row ``i``'s positive in column ``i``
+   (:func:`positive_on_diagonal_loss`, the in-batch layout of
+   :func:`softmax_loss_positive_first`);
 5. the reduction (:func:`reduce_loss`, mean over rows by default).
 
 ``log Q`` is corrected on **every** column, the row's own positive included (Yi et al.
@@ -30,6 +31,7 @@ The choice of ``Q*`` for mixed negatives is :func:`mixed_log_q`'s ``form``.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from candidate_sampling._validate import (
@@ -42,7 +44,6 @@ from candidate_sampling.losses.core import (
     correct_logits,
     mask_logits,
     reduce_loss,
-    softmax_loss_positive_first,
 )
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "mixed_log_q",
     "duplicate_positive_mask",
     "mixed_negatives_logits",
+    "positive_on_diagonal_loss",
     "mixed_negatives_loss",
     "in_batch_softmax_loss",
     "InBatchSoftmaxLoss",
@@ -123,9 +125,8 @@ def duplicate_positive_mask(positive_ids: torch.Tensor, candidate_ids: torch.Ten
     check_tensor("candidate_ids", candidate_ids, ("C",), floating=False)
     batch = positive_ids.shape[0]
     same = positive_ids[:, None] == candidate_ids[None, :]
-    own = torch.zeros_like(same)
-    own[:, :batch] = torch.eye(batch, dtype=torch.bool, device=same.device)
-    return same & ~own
+    same[:, :batch].fill_diagonal_(False)
+    return same
 
 
 def _check_inputs(query, items, ids, log_q, extra, extra_ids, extra_log_q):
@@ -170,19 +171,17 @@ def mixed_negatives_logits(
     temperature: float = 1.0,
     remove_duplicates: bool | None = None,
 ) -> torch.Tensor:
-    """Corrected, masked logits ``(B, 1 + B + B')`` with each row's positive in column 0.
+    """Corrected, masked logits ``(B, B + B')``; row ``i``'s positive is column ``i``.
 
     ``query``: (B, d) user-tower outputs; ``item_embeddings``: (B, d) the positives' item-
     tower outputs (row ``i``'s positive is row ``i``); ``item_ids``: (B,) their ids;
     ``log_q``: (B,) their ``log Q``; ``extra_*``: the ``B'`` shared extra negatives, (B', d),
-    (B',), (B',). Logit of candidate ``j`` for row ``i``: ``u_i·v_j / τ − log Q_j``. Columns
-    ``1 .. B + B'`` are all candidates in order with row ``i``'s own column masked (it was
-    moved to column 0); with ``remove_duplicates`` (needs ids; ``None``, the default, means
-    "when ids are given"), columns holding row ``i``'s positive item are masked too
-    (duplicate positives and accidental hits).
+    (B',), (B',). Logit of candidate ``j`` for row ``i``: ``u_i·v_j / τ − log Q_j``; columns
+    are ``[B in-batch | B' extra]``. With ``remove_duplicates`` (needs ids; ``None``, the
+    default, means "when ids are given"), every column other than ``i`` that holds row
+    ``i``'s positive item is masked (duplicate positives and accidental hits).
     """
     _check_inputs(query, item_embeddings, item_ids, log_q, extra_embeddings, extra_ids, extra_log_q)
-    batch = query.shape[0]
     candidates, ids, lq = item_embeddings, item_ids, log_q
     if extra_embeddings is not None and extra_embeddings.shape[0] > 0:
         candidates = torch.cat([item_embeddings, extra_embeddings.to(item_embeddings.dtype)], 0)
@@ -192,18 +191,25 @@ def mixed_negatives_logits(
             lq = torch.cat([log_q, extra_log_q.to(log_q.dtype)])
     scores = query @ candidates.T  # (B, C)
     logits = correct_logits(scores, None if lq is None else lq[None, :], temperature)
-    own = torch.zeros(batch, candidates.shape[0], dtype=torch.bool, device=logits.device)
-    own[:, :batch] = torch.eye(batch, dtype=torch.bool, device=logits.device)
     if remove_duplicates is None:
         remove_duplicates = ids is not None
     if remove_duplicates:
         if ids is None:
             raise ValueError("item_ids are needed to remove duplicates (remove_duplicates=True)")
-        mask = own | duplicate_positive_mask(item_ids, ids)
-    else:
-        mask = own
-    positive = logits.diagonal()[:, None]
-    return torch.cat([positive, mask_logits(logits, mask)], dim=1)
+        logits = mask_logits(logits, duplicate_positive_mask(item_ids, ids))
+    return logits
+
+
+def positive_on_diagonal_loss(logits: torch.Tensor) -> torch.Tensor:
+    """Per-row softmax cross-entropy when row ``i``'s positive is column ``i``: (B, C) → (B,).
+
+    ``ℓ_i = logsumexp_j(o_ij) − o_ii`` — the in-batch layout's counterpart of
+    :func:`softmax_loss_positive_first` (same value, no copy of the (B, C) matrix).
+    Computed in at least float32.
+    """
+    work = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    targets = torch.arange(work.shape[0], device=work.device)
+    return F.cross_entropy(work, targets, reduction="none")
 
 
 def mixed_negatives_loss(
@@ -229,7 +235,7 @@ def mixed_negatives_loss(
         query, item_embeddings, item_ids, log_q, extra_embeddings, extra_ids, extra_log_q,
         temperature, remove_duplicates,
     )
-    return reduce_loss(softmax_loss_positive_first(logits), reduction)
+    return reduce_loss(positive_on_diagonal_loss(logits), reduction)
 
 
 def in_batch_softmax_loss(

@@ -1,0 +1,215 @@
+"""The two-tower retrieval model (chapter 5).
+
+A user tower maps a user (its id, its recent items, or both) to ``u(x) ∈ R^d``; an item
+tower maps an item id to ``v(y) ∈ R^d``; the score is ``s(x, y) = u(x)·v(y)``. Retrieval
+scores one user against the whole catalogue with a single matrix product, which is why
+the towers never see each other's input.
+
+* :class:`ItemTower` — an id embedding, or the **hashing trick**: ``num_hashes``
+  universal hash functions map an id to buckets of one shared table and the item's
+  vector is the sum of its buckets' rows (Weinberger et al. 2009; the source post uses
+  three salted md5 hashes per item in Python, here it is integer tensor arithmetic).
+* :class:`UserTower` — a user-id embedding and/or the **mean of the embeddings of the
+  user's recent items** (``nn.EmbeddingBag(mode="mean")``, padding excluded).
+* :class:`TwoTowerModel` — both towers and the score.
+
+``sparse=True`` makes every embedding produce sparse gradients: a step then touches only
+the rows of the batch, which is what makes sampled and in-batch losses cheap for large
+catalogues. Sparse gradients need an optimizer that accepts them (``torch.optim.Adagrad``,
+``SGD``, ``SparseAdam``); :func:`candidate_sampling.train.make_optimizer` picks one.
+
+Initialisation: every table is drawn uniformly from ``[−init_scale, init_scale]``
+(0.05 by default, Keras's ``RandomUniform`` default used by TF Recommenders).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from candidate_sampling._hashing import draw_hash_parameters, universal_hash
+from candidate_sampling._validate import check_ids, check_int_range, check_positive, check_tensor
+
+__all__ = ["ItemTower", "UserTower", "TwoTowerModel", "sparse_parameters"]
+
+
+def _init_uniform(weight: torch.Tensor, scale: float) -> None:
+    with torch.no_grad():
+        weight.uniform_(-scale, scale)
+
+
+class ItemTower(nn.Module):
+    """Item id → ``(…, d)`` embedding, exact or hashed.
+
+    ``num_items``: ids in ``[0, num_items)``; ``dim``: d. With ``num_hashes = 0`` (default)
+    the tower is one ``nn.Embedding(num_items, dim)``. With ``num_hashes = m >= 1`` and
+    ``num_buckets = H``, id ``y`` is mapped to ``m`` buckets ``h_1(y) … h_m(y)`` of one
+    ``(m·H, d)`` table (hash function ``k`` owns rows ``[k·H, (k+1)·H)``) and
+    ``v(y) = Σ_k E[k·H + h_k(y)]`` — computed by ``nn.EmbeddingBag(mode="sum")``. Two items
+    share a vector only if they collide under every hash function.
+    """
+
+    def __init__(
+        self,
+        num_items: int,
+        dim: int = 32,
+        *,
+        num_hashes: int = 0,
+        num_buckets: int | None = None,
+        sparse: bool = False,
+        init_scale: float = 0.05,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        check_int_range("num_items", num_items, 1)
+        check_int_range("dim", dim, 1)
+        check_int_range("num_hashes", num_hashes, 0)
+        check_positive("init_scale", init_scale)
+        self.num_items = num_items
+        self.dim = dim
+        self.num_hashes = num_hashes
+        if num_hashes == 0:
+            if num_buckets is not None:
+                raise ValueError("num_buckets needs num_hashes >= 1 (the hashing trick)")
+            self.embedding = nn.Embedding(num_items, dim, sparse=sparse)
+            _init_uniform(self.embedding.weight, init_scale)
+        else:
+            if num_buckets is None:
+                raise ValueError("num_buckets must be given when num_hashes >= 1")
+            check_int_range("num_buckets", num_buckets, 1)
+            self.num_buckets = num_buckets
+            self.register_buffer("hash_params", draw_hash_parameters(num_hashes, seed))
+            self.register_buffer("offsets", torch.arange(num_hashes) * num_buckets)
+            self.embedding = nn.EmbeddingBag(num_hashes * num_buckets, dim, mode="sum",
+                                             sparse=sparse)
+            _init_uniform(self.embedding.weight, init_scale)
+
+    def rows(self, item_ids: torch.Tensor) -> torch.Tensor:
+        """``(*ids.shape, num_hashes)`` table rows of each id (hashing trick only)."""
+        return universal_hash(item_ids, self.hash_params, self.num_buckets) + self.offsets
+
+    def forward(self, item_ids: torch.Tensor) -> torch.Tensor:
+        """``item_ids``: any shape of ids in ``[0, num_items)`` → ``(*shape, d)``."""
+        check_ids("item_ids", item_ids, self.num_items)
+        if self.num_hashes == 0:
+            return self.embedding(item_ids)
+        flat = self.rows(item_ids.reshape(-1))  # (n, m)
+        return self.embedding(flat).reshape(*item_ids.shape, self.dim)
+
+    def all_items(self) -> torch.Tensor:
+        """``(num_items, d)``: the whole catalogue's embeddings (for retrieval)."""
+        ids = torch.arange(self.num_items, device=self.embedding.weight.device)
+        return self(ids)
+
+
+class UserTower(nn.Module):
+    """User → ``(B, d)``: ``E_user[user_id]`` + mean of ``E_hist[recent items]`` (either or both).
+
+    ``num_users``: enables the id embedding (``None`` disables it); ``num_items``:
+    enables the history bag (``None`` disables it). ``history`` is a ``(B, L)`` tensor of
+    item ids padded with ``-1``; padding is excluded from the mean and an empty history
+    contributes the zero vector. At least one of the two parts must be enabled.
+    """
+
+    def __init__(
+        self,
+        num_users: int | None = None,
+        num_items: int | None = None,
+        dim: int = 32,
+        *,
+        sparse: bool = False,
+        init_scale: float = 0.05,
+    ) -> None:
+        super().__init__()
+        if num_users is None and num_items is None:
+            raise ValueError("num_users or num_items must be given (a user id and/or a history)")
+        check_int_range("dim", dim, 1)
+        check_positive("init_scale", init_scale)
+        self.dim = dim
+        self.num_users = num_users
+        self.num_items = num_items
+        self.user_embedding = None
+        self.history_bag = None
+        if num_users is not None:
+            check_int_range("num_users", num_users, 1)
+            self.user_embedding = nn.Embedding(num_users, dim, sparse=sparse)
+            _init_uniform(self.user_embedding.weight, init_scale)
+        if num_items is not None:
+            check_int_range("num_items", num_items, 1)
+            # row num_items is the padding row, excluded from the mean
+            self.history_bag = nn.EmbeddingBag(num_items + 1, dim, mode="mean", sparse=sparse,
+                                               padding_idx=num_items)
+            _init_uniform(self.history_bag.weight, init_scale)
+            with torch.no_grad():
+                self.history_bag.weight[num_items].zero_()
+
+    def forward(self, user_ids: torch.Tensor | None = None,
+                history: torch.Tensor | None = None) -> torch.Tensor:
+        """``user_ids``: (B,); ``history``: (B, L) padded with -1 → ``(B, d)``."""
+        parts = []
+        if self.user_embedding is not None:
+            if user_ids is None:
+                raise ValueError("user_ids must be given: this tower embeds the user id")
+            check_tensor("user_ids", user_ids, ("B",), floating=False)
+            check_ids("user_ids", user_ids, self.num_users)
+            parts.append(self.user_embedding(user_ids))
+        if self.history_bag is not None:
+            if history is None:
+                raise ValueError("history must be given: this tower averages recent items")
+            check_tensor("history", history, ("B", "L"), floating=False)
+            if history.numel() and (int(history.min()) < -1 or int(history.max()) >= self.num_items):
+                raise ValueError(
+                    f"history must hold item ids in [0, {self.num_items}) or -1 for padding, got "
+                    f"values in [{int(history.min())}, {int(history.max())}]"
+                )
+            padded = torch.where(history < 0, torch.full_like(history, self.num_items), history)
+            parts.append(self.history_bag(padded))
+        if len(parts) == 2 and parts[0].shape[0] != parts[1].shape[0]:
+            raise ValueError(
+                f"user_ids and history must agree on the batch size, got {parts[0].shape[0]} "
+                f"and {parts[1].shape[0]}"
+            )
+        return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+
+
+class TwoTowerModel(nn.Module):
+    """``s(x, y) = u(x) · v(y)`` with a :class:`UserTower` and an :class:`ItemTower`.
+
+    ``forward(user_ids, item_ids, history)`` returns ``(u, v)``, each ``(B, d)``: the pair a
+    retrieval loss takes (``query``, ``item_embeddings``).
+    """
+
+    def __init__(self, user_tower: UserTower, item_tower: ItemTower) -> None:
+        super().__init__()
+        if user_tower.dim != item_tower.dim:
+            raise ValueError(
+                f"user_tower and item_tower must share the embedding size d, got "
+                f"{user_tower.dim} and {item_tower.dim}"
+            )
+        self.user_tower = user_tower
+        self.item_tower = item_tower
+
+    def forward(self, user_ids: torch.Tensor | None, item_ids: torch.Tensor,
+                history: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.user_tower(user_ids, history), self.item_tower(item_ids)
+
+    def score(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        """``(B, d) × (C, d) → (B, C)`` scores ``u·v``."""
+        return users @ items.T
+
+
+def sparse_parameters(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """Split ``module``'s trainable parameters into (sparse-gradient, dense-gradient) lists.
+
+    A parameter is sparse when it is the weight of an ``nn.Embedding`` / ``nn.EmbeddingBag``
+    built with ``sparse=True``.
+    """
+    sparse_ids = set()
+    for sub in module.modules():
+        if isinstance(sub, (nn.Embedding, nn.EmbeddingBag)) and sub.sparse:
+            sparse_ids.add(id(sub.weight))
+    sparse, dense = [], []
+    for p in module.parameters():
+        if p.requires_grad:
+            (sparse if id(p) in sparse_ids else dense).append(p)
+    return sparse, dense

@@ -1,0 +1,100 @@
+"""Two-tower model: towers, the hashing trick, history bags, sparse gradients."""
+
+import pytest
+import torch
+
+from candidate_sampling.models import ItemTower, TwoTowerModel, UserTower, sparse_parameters
+from candidate_sampling.train import make_optimizer
+
+
+def test_item_tower_exact_and_init_range():
+    tower = ItemTower(10, 4)
+    out = tower(torch.tensor([[1, 2], [3, 9]]))
+    assert out.shape == (2, 2, 4)
+    assert torch.equal(out[0, 0], tower.embedding.weight[1])
+    assert float(tower.embedding.weight.detach().abs().max()) <= 0.05
+    assert tower.all_items().shape == (10, 4)
+
+
+def test_hashed_item_tower_sums_its_buckets():
+    tower = ItemTower(1000, 3, num_hashes=3, num_buckets=17, seed=2)
+    ids = torch.tensor([5, 999, 0])
+    rows = tower.rows(ids)
+    assert rows.shape == (3, 3)
+    for k in range(3):  # hash function k owns rows [k*17, (k+1)*17)
+        assert bool(((rows[:, k] >= 17 * k) & (rows[:, k] < 17 * (k + 1))).all())
+    want = torch.stack([tower.embedding.weight[rows[i]].sum(0) for i in range(3)])
+    assert torch.allclose(tower(ids), want)
+    assert tower(ids.reshape(3, 1)).shape == (3, 1, 3)
+
+
+def test_hashing_keeps_most_items_distinct():
+    tower = ItemTower(2000, 8, num_hashes=2, num_buckets=100)
+    emb = tower.all_items()
+    distinct = torch.unique(emb.detach(), dim=0).shape[0]
+    assert distinct > 1900  # two items coincide only if they collide under both hashes
+
+
+def test_user_tower_history_mean_ignores_padding():
+    tower = UserTower(num_items=6, dim=4)
+    hist = torch.tensor([[1, 2, -1], [3, -1, -1], [-1, -1, -1]])
+    out = tower(history=hist)
+    w = tower.history_bag.weight
+    assert torch.allclose(out[0], (w[1] + w[2]) / 2)
+    assert torch.allclose(out[1], w[3])
+    assert torch.allclose(out[2], torch.zeros(4))
+
+
+def test_user_tower_id_plus_history():
+    tower = UserTower(num_users=3, num_items=5, dim=2)
+    out = tower(torch.tensor([2]), torch.tensor([[4, 0]]))
+    want = tower.user_embedding.weight[2] + (tower.history_bag.weight[4] + tower.history_bag.weight[0]) / 2
+    assert torch.allclose(out[0], want)
+
+
+@pytest.mark.parametrize("num_hashes,buckets", [(0, None), (2, 11)])
+def test_sparse_gradients_and_optimizers(num_hashes, buckets):
+    model = TwoTowerModel(UserTower(4, 7, 3, sparse=True),
+                          ItemTower(7, 3, num_hashes=num_hashes, num_buckets=buckets, sparse=True))
+    sparse, dense = sparse_parameters(model)
+    assert len(sparse) == 3 and not dense
+    u, v = model(torch.tensor([0, 1]), torch.tensor([2, 3]), torch.tensor([[1, -1], [2, 3]]))
+    (u * v).sum().backward()
+    assert all(p.grad.is_sparse for p in sparse)
+    for name in ("adagrad", "sgd", "adam"):
+        opt = make_optimizer(model, name, 0.1)
+        before = model.item_tower.embedding.weight.detach().clone()
+        opt.step()
+        changed = (model.item_tower.embedding.weight.detach() != before).any(dim=1)
+        assert 0 < int(changed.sum()) < before.shape[0] or num_hashes  # only touched rows move
+
+
+def test_score():
+    model = TwoTowerModel(UserTower(3, None, 2), ItemTower(4, 2))
+    u = model.user_tower(torch.tensor([0, 1]))
+    v = model.item_tower.all_items()
+    assert torch.allclose(model.score(u, v), u @ v.T)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="num_buckets must be given"):
+        ItemTower(10, 4, num_hashes=2)
+    with pytest.raises(ValueError, match="num_buckets needs"):
+        ItemTower(10, 4, num_buckets=5)
+    with pytest.raises(ValueError, match="dim"):
+        ItemTower(10, 0)
+    with pytest.raises(ValueError, match="item_ids must lie"):
+        ItemTower(10, 4)(torch.tensor([10]))
+    with pytest.raises(ValueError, match="num_users or num_items"):
+        UserTower()
+    tower = UserTower(num_users=3, num_items=5, dim=2)
+    with pytest.raises(ValueError, match="history must be given"):
+        tower(torch.tensor([0]))
+    with pytest.raises(ValueError, match="user_ids must be given"):
+        tower(None, torch.tensor([[1]]))
+    with pytest.raises(ValueError, match="history must hold"):
+        tower(torch.tensor([0]), torch.tensor([[5]]))
+    with pytest.raises(ValueError, match="batch size"):
+        tower(torch.tensor([0, 1]), torch.tensor([[1]]))
+    with pytest.raises(ValueError, match="embedding size d"):
+        TwoTowerModel(UserTower(3, None, 2), ItemTower(4, 3))
