@@ -129,7 +129,7 @@ def importance_sampled_log_partition(scores: torch.Tensor, log_q: torch.Tensor) 
 
     With ``m`` i.i.d. draws ``y_i ~ q``: ``Ẑ = (1/m) Σ_i e^{s_i} / q(y_i)``, so
     ``log Ẑ = logsumexp_i(s_i − log q_i) − log m``. ``Ẑ`` is unbiased for ``Z``; ``log Ẑ`` is
-    biased low (Jensen) by about ``Var(Ẑ) / (2 Z² m)`` and consistent as ``m → ∞``. With
+    biased low (Jensen) by about ``Var_q(e^s / q) / (2 Z² m) = χ²(p‖q) / (2m)`` and consistent as ``m → ∞``. With
     ``q = p`` (the model itself) every term equals ``Z`` and the estimate is exact.
 
     ``scores``: (..., m) the scores of the sampled classes; ``log_q``: broadcastable to
