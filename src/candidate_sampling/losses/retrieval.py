@@ -190,7 +190,10 @@ def mixed_negatives_logits(
         if log_q is not None:
             lq = torch.cat([log_q, extra_log_q.to(log_q.dtype)])
     scores = query @ candidates.T  # (B, C)
-    logits = correct_logits(scores, None if lq is None else lq[None, :], temperature)
+    if lq is None and not isinstance(temperature, torch.Tensor) and temperature == 1.0:
+        logits = scores  # nothing to correct: skip a pass over the (B, C) matrix
+    else:
+        logits = correct_logits(scores, None if lq is None else lq[None, :], temperature)
     if remove_duplicates is None:
         remove_duplicates = ids is not None
     if remove_duplicates:
