@@ -1,0 +1,158 @@
+"""Run the benchmark suite: ``python benchmarks/run.py [--quick] [--out DIR] [--only NAMES]``.
+
+Benchmarks (the book's "Benchmarks" appendix explains each one):
+
+``catalogue``  time and extra memory of one training step against |V| for the full, sampled,
+               in-batch and mixed softmax; sparse vs dense gradients;
+``samplers``   draws per second of the package's samplers, torch.multinomial and
+               numpy.random.choice on the same distribution;
+``pipeline``   the source post's Python pipeline against the package's vectorised one on
+               MovieLens-100K (examples per second);
+``book``       execution time of every chapter (skipped by ``--quick`` unless named in
+               ``--only``).
+
+Each benchmark writes ``NAME.json``, a markdown table ``NAME.md`` and (where it has one) a
+plot ``NAME.png`` into ``--out``, plus ``summary.json`` / ``summary.md`` with the machine
+and every headline ratio, each of which is also printed on its own line
+(``ratio NAME: 12.3x``). Everything runs on ``get_device()`` (CUDA, then MPS, then the
+CPU; ``--device`` or ``$CANDIDATE_SAMPLING_DEVICE`` to choose). ``--quick`` uses smaller
+catalogues and fewer repeats (a few minutes on 2 cores); the appendix shows a full run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+BENCHMARKS = ("catalogue", "samplers", "pipeline", "book")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes and few repeats (a few minutes on 2 CPU cores)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "benchmarks" / "results",
+        help="folder for the JSON, markdown and PNG results",
+    )
+    parser.add_argument(
+        "--only", default=None, help=f"comma-separated subset of {','.join(BENCHMARKS)}"
+    )
+    parser.add_argument(
+        "--sizes",
+        default=None,
+        help="catalogue sizes for the catalogue benchmark, e.g. 1e4,1e5,1e6",
+    )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="force a device (sets $CANDIDATE_SAMPLING_DEVICE), e.g. cpu, cuda",
+    )
+    args = parser.parse_args(argv)
+    if args.only is not None:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in names if n not in BENCHMARKS]
+        if unknown:
+            parser.error(f"--only: unknown benchmark(s) {unknown}; choose from {BENCHMARKS}")
+        args.only = names
+    if args.sizes is not None:
+        args.sizes = [int(float(s)) for s in args.sizes.split(",")]
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    if args.device:
+        os.environ["CANDIDATE_SAMPLING_DEVICE"] = args.device
+    import warnings
+
+    warnings.filterwarnings("ignore", category=UserWarning)
+
+    from benchmarks import book, catalogue, pipeline, samplers
+    from benchmarks.common import (
+        fmt_ratio,
+        load_average,
+        machine_info,
+        markdown_table,
+        print_ratio,
+        write_json,
+    )
+
+    selected = args.only or [b for b in BENCHMARKS if not (args.quick and b == "book")]
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    machine = machine_info()
+    mode = "quick" if args.quick else "full"
+    print(
+        f"benchmarks ({mode}) on {machine['device']}: {machine['cpu']}, "
+        f"{machine['cpu_count']} cores, torch {machine['torch']}, "
+        f"load average {machine['load_average_1_5_15min']}",
+        flush=True,
+    )
+    if machine["device"] == "cpu":
+        print("no GPU here: CPU figures only", flush=True)
+    modules = {"catalogue": catalogue, "samplers": samplers, "pipeline": pipeline, "book": book}
+    summary = {"mode": mode, "machine": machine, "benchmarks": {}, "ratios": {}, "targets": []}
+    start_all = time.perf_counter()
+    for name in selected:
+        print(f"== {name}", flush=True)
+        before = machine_info()
+        start = time.perf_counter()
+        kwargs = {"sizes": args.sizes} if name == "catalogue" and args.sizes else {}
+        result = modules[name].run(out, quick=args.quick, **kwargs)
+        result["mode"] = mode
+        result["seconds"] = time.perf_counter() - start
+        result["machine"] = before
+        result["load_average_after"] = load_average()
+        write_json(out / f"{name}.json", result)
+        for key, value in result.get("ratios", {}).items():
+            print_ratio(key, value)
+        summary["benchmarks"][name] = {
+            "seconds": result["seconds"],
+            "plots": result.get("plots", []),
+        }
+        summary["ratios"].update(result.get("ratios", {}))
+        summary["targets"] += result.get("targets", [])
+    summary["seconds"] = time.perf_counter() - start_all
+    summary["load_average_after"] = load_average()
+    write_json(out / "summary.json", summary)
+    rows = [{"k": f"`{k}`", "v": fmt_ratio(v)} for k, v in summary["ratios"].items()]
+    target_rows = [
+        {
+            "k": f"`{t['ratio']}`",
+            "t": t["target"],
+            "v": fmt_ratio(t["measured"]),
+            "met": "–" if t["met"] is None else ("yes" if t["met"] else "**no**"),
+        }
+        for t in summary["targets"]
+    ]
+    (out / "summary.md").write_text(
+        f"Mode: {mode}; device: {machine['device']}; {machine['cpu']}, {machine['cpu_count']} "
+        f"cores, {machine['memory_total_gb']} GB; Python {machine['python']}, torch "
+        f"{machine['torch']}; load average (1, 5, 15 min) at the start "
+        f"{machine['load_average_1_5_15min']}, at the end {summary['load_average_after']}; "
+        f"measured {machine['utc']} UTC; the suite took {summary['seconds']:.0f} s.\n\n"
+        + markdown_table(
+            target_rows, [("k", "target"), ("t", "goal"), ("v", "measured"), ("met", "met")]
+        )
+        + "\nAll headline ratios:\n\n"
+        + markdown_table(rows, [("k", "ratio"), ("v", "value")])
+    )
+    print(f"done in {summary['seconds']:.0f} s; results in {out}", flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    main()

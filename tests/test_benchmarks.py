@@ -1,0 +1,145 @@
+"""Smoke tests of the benchmark suite (benchmarks/): tiny sizes, output structure only.
+
+No timing assertions: speed is measured by ``python benchmarks/run.py``, not tested.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import catalogue, run, samplers  # noqa: E402
+from benchmarks.common import markdown_table, peak_tensor_bytes, size_label  # noqa: E402
+
+
+def test_catalogue_steps_report_time_and_memory():
+    cfg = catalogue.default_config(
+        num_items=300,
+        batch_size=16,
+        dim=8,
+        num_sampled=32,
+        num_extra=32,
+        repeats=2,
+        min_seconds=0.0,
+    )
+    results = catalogue.run_group(cfg, list(catalogue.METHODS))
+    assert [r["method"] for r in results] == list(catalogue.METHODS)
+    for result in results:
+        assert result["status"] == "ok"
+        assert result["variant"].startswith(result["method"])
+        for phase in ("step", "forward", "backward", "optimizer_step"):
+            assert result[phase]["n"] >= 2
+            assert result[phase]["median_s"] > 0
+        assert math.isfinite(result["loss_last"])
+        assert result["table_bytes"] == 300 * 8 * 4
+        assert result["step_extra_bytes"] is None or result["step_extra_bytes"] >= 0
+
+
+def test_dense_variant_is_labelled_and_full_softmax_is_dense():
+    dense = catalogue.default_config(method="sampled", sparse=False, optimizer="adam")
+    assert catalogue.variant_name(dense) == "sampled (dense grad, Adam)"
+    assert catalogue.variant_name(catalogue.default_config(method="full")) == (
+        "full (dense grad, Adagrad)"
+    )
+    assert catalogue.variant_name(catalogue.default_config(optimizer="adam")) == (
+        "sampled (sparse grad, SparseAdam)"
+    )
+
+
+def test_catalogue_ratios_and_targets_from_rows():
+    def row(variant, v, seconds, mem):
+        return {
+            "variant": variant,
+            "num_items": v,
+            "status": "ok",
+            "step": {"median_s": seconds},
+            "step_extra_bytes": mem,
+        }
+
+    rows = [
+        row(catalogue.FULL, 10**6, 10.0, 8e9),
+        row(catalogue.SAMPLED, 10**6, 0.1, 4e7),
+        row(catalogue.SAMPLED, 10**4, 0.08, 4e7),
+        row(catalogue.DENSE, 10**6, 3.0, 1e9),
+    ]
+    ratios = catalogue.headline_ratios(rows, [10**4, 10**6])
+    assert ratios["sampled_vs_full_step_time@1e6"] == pytest.approx(100.0)
+    assert ratios["sampled_vs_full_step_memory@1e6"] == pytest.approx(200.0)
+    assert ratios["sampled_step_time_1e6_over_1e4"] == pytest.approx(1.25)
+    assert ratios["dense_vs_sparse_sampled_step_time@1e6"] == pytest.approx(30.0)
+    checks = catalogue.targets(ratios)
+    assert [c["met"] for c in checks] == [True, True, True]
+
+
+def test_sampler_grid_structure():
+    rows = samplers.run_grid([1000], [16, 512], repeats=1, min_seconds=0.0)
+    contenders = {r["contender"] for r in rows}
+    assert contenders == set(samplers.CONTENDERS)
+    # with replacement for both k; without replacement only where 4k <= |V|
+    assert {(r["k"], r["replacement"]) for r in rows} == {(16, True), (16, False), (512, True)}
+    assert all(r["draws_per_s"] > 0 for r in rows)
+    ratios = samplers.headline_ratios(rows, [1000], [16, 512])
+    assert "alias_vs_multinomial_draws_with_replacement@1e3,k=512" in ratios
+
+
+def test_peak_tensor_bytes_counts_live_allocations():
+    import torch
+
+    def work():
+        a = torch.ones(1000, 1000)  # 4 MB
+        b = a * 2  # 4 MB more while a is alive
+        return float(b[0, 0])
+
+    peak = peak_tensor_bytes(work)
+    if peak is None:
+        pytest.skip("the profiler's memory timeline is unavailable in this PyTorch")
+    assert 8_000_000 <= peak < 12_000_000
+
+
+def test_helpers_and_cli_arguments(tmp_path):
+    assert size_label(10**6) == "1e6"
+    assert size_label(1234) == "1234"
+    table = markdown_table([{"a": 1, "b": "x"}], [("a", "A"), ("b", "B")])
+    assert table.splitlines()[0] == "| A | B |"
+    args = run.parse_args(
+        ["--quick", "--out", str(tmp_path), "--only", "samplers", "--sizes", "1e4,1e5"]
+    )
+    assert args.quick and args.only == ["samplers"] and args.sizes == [10**4, 10**5]
+    with pytest.raises(SystemExit):
+        run.parse_args(["--only", "nonsense"])
+
+
+def test_catalogue_run_writes_json_markdown_and_plot(tmp_path, monkeypatch):
+    """The driver end to end, with the subprocess replaced by an in-process call."""
+    monkeypatch.setattr(
+        catalogue,
+        "configurations",
+        lambda sizes, **kw: [
+            (catalogue.default_config(num_items=v, **kw), ["sampled", "in_batch"]) for v in sizes
+        ],
+    )
+    monkeypatch.setattr(
+        catalogue,
+        "run_in_subprocess",
+        lambda cfg, methods: catalogue.run_group(
+            dict(
+                cfg, batch_size=8, dim=4, num_sampled=16, num_extra=16, repeats=1, min_seconds=0.0
+            ),
+            methods,
+        ),
+    )
+    result = catalogue.run(tmp_path, quick=True, sizes=[200])
+    data = json.loads((tmp_path / "catalogue.json").read_text())
+    assert data["benchmark"] == "catalogue"
+    assert {r["variant"] for r in data["rows"]} >= {catalogue.SAMPLED}
+    assert (tmp_path / "catalogue.md").read_text().startswith("| method")
+    assert (tmp_path / "catalogue.png").stat().st_size > 0
+    assert result["plots"] == ["catalogue.png"]
