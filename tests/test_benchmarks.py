@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import catalogue, run, samplers  # noqa: E402
-from benchmarks.common import markdown_table, peak_tensor_bytes, size_label  # noqa: E402
+from benchmarks import catalogue, run, samplers
+from benchmarks.common import markdown_table, peak_tensor_bytes, size_label
 
 
 def test_catalogue_steps_report_time_and_memory():
