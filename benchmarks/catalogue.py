@@ -415,7 +415,7 @@ def targets(ratios: dict[str, Any]) -> list[dict[str, Any]]:
 def table_markdown(rows: list[dict[str, Any]]) -> str:
     cols = [
         ("variant", "method (gradient, optimizer)"),
-        ("V", "|V|"),
+        ("V", r"\|V\|"),
         ("step", "step"),
         ("fwd", "forward"),
         ("bwd", "backward"),

@@ -158,7 +158,7 @@ def table_markdown(rows: list[dict[str, Any]], setup: dict[int, float]) -> str:
         {(r["num_items"], r["k"], r["replacement"]) for r in rows},
         key=lambda t: (not t[2], t[1], t[0]),
     )
-    cols = [("V", "|V|"), ("k", "k"), ("rep", "replacement")] + [
+    cols = [("V", r"\|V\|"), ("k", "k"), ("rep", "replacement")] + [
         (c, c + " draws/s") for c in CONTENDERS
     ]
     out = []
@@ -172,7 +172,7 @@ def table_markdown(rows: list[dict[str, Any]], setup: dict[int, float]) -> str:
     return (
         markdown_table(out, cols)
         + "\nAlias-table build (once per distribution):\n\n"
-        + markdown_table(setup_rows, [("V", "|V|"), ("s", "build time")])
+        + markdown_table(setup_rows, [("V", r"\|V\|"), ("s", "build time")])
     )
 
 
