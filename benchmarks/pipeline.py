@@ -15,8 +15,11 @@ positions are drawn once and shared.
   :func:`~candidate_sampling.losses.mixed_log_q`; the model is the package's
   :class:`~candidate_sampling.models.TwoTowerModel` — an item tower with the hashing trick
   (3 hashes × 1,000 buckets, integer tensor arithmetic) and a user tower averaging the
-  history with an ``EmbeddingBag`` — with sparse gradients, and
-  :func:`~candidate_sampling.losses.mixed_negatives_loss`.
+  history with an ``EmbeddingBag`` — and
+  :func:`~candidate_sampling.losses.mixed_negatives_loss`. Its headline row uses dense
+  embeddings and Adam, the post's optimizer, so that the ratio isolates the pipeline; a
+  second row uses sparse embeddings with SparseAdam (for 1,682 items a dense gradient is
+  cheap; sparse gradients pay off for large catalogues, see the catalogue benchmark).
 
 The measure is training examples per second over whole epochs, end to end: batch
 assembly, logQ, forward, backward, optimizer step. The models differ slightly (the post's
@@ -119,7 +122,10 @@ def padded(seqs: list[list[int]], device) -> torch.Tensor:
     return out.to(device)
 
 
-def run_package(seqs, num_items, plan, device, repeats: int) -> dict[str, Any]:
+def run_package(
+    seqs, num_items, plan, device, repeats: int, sparse: bool = False
+) -> dict[str, Any]:
+    """The package's pipeline; ``sparse`` picks sparse embeddings + SparseAdam or dense + Adam."""
     table = padded(seqs, device)
     offsets = torch.arange(-HISTORY, 0, device=device)  # (L,)
     plan_t = [
@@ -137,8 +143,10 @@ def run_package(seqs, num_items, plan, device, repeats: int) -> dict[str, Any]:
     def build(seed: int):
         seed_everything(seed)
         model = TwoTowerModel(
-            UserTower(num_items=num_items, dim=64, sparse=True),
-            ItemTower(num_items, 64, num_hashes=3, num_buckets=source_post.TABLE_SIZE, sparse=True),
+            UserTower(num_items=num_items, dim=64, sparse=sparse),
+            ItemTower(
+                num_items, 64, num_hashes=3, num_buckets=source_post.TABLE_SIZE, sparse=sparse
+            ),
         ).to(device)
         return model, make_optimizer(model, "adam", lr=0.01)
 
@@ -201,14 +209,21 @@ def run(out: Path, *, quick: bool) -> dict[str, Any]:
         f"({post['examples']} examples in {fmt_seconds(post['seconds'])})",
         flush=True,
     )
-    ours = run_package(seqs, num_items, plan, device, repeats=3 if quick else 5)
-    print(
-        f"  pipeline package: {fmt_rate(ours['examples_per_s'])} examples/s "
-        f"({ours['examples']} examples in {fmt_seconds(ours['seconds'])})",
-        flush=True,
-    )
+    repeats = 3 if quick else 5
+    ours = run_package(seqs, num_items, plan, device, repeats=repeats, sparse=False)
+    ours_sparse = run_package(seqs, num_items, plan, device, repeats=repeats, sparse=True)
+    for label, r in (("dense, Adam", ours), ("sparse, SparseAdam", ours_sparse)):
+        print(
+            f"  pipeline package ({label}): {fmt_rate(r['examples_per_s'])} examples/s "
+            f"({r['examples']} examples in {fmt_seconds(r['seconds'])})",
+            flush=True,
+        )
     ratio = ours["examples_per_s"] / post["examples_per_s"]
-    ratios = {"package_vs_post_pipeline_examples_per_s": ratio}
+    ratios = {
+        "package_vs_post_pipeline_examples_per_s": ratio,
+        "package_sparse_vs_post_pipeline_examples_per_s": ours_sparse["examples_per_s"]
+        / post["examples_per_s"],
+    }
     result = {
         "benchmark": "pipeline",
         "device": str(device),
@@ -219,6 +234,7 @@ def run(out: Path, *, quick: bool) -> dict[str, Any]:
         "random_negatives": EXTRA,
         "post": post,
         "package": ours,
+        "package_sparse": ours_sparse,
         "ratios": ratios,
         "targets": [
             {
@@ -232,17 +248,23 @@ def run(out: Path, *, quick: bool) -> dict[str, Any]:
     write_json(out / "pipeline.json", result)
     rows = [
         {
-            "who": "source post (Python lists, md5 per item)",
+            "who": "source post (Python lists, md5 per item; dense embeddings, Adam)",
             "eps": fmt_rate(post["examples_per_s"]),
             "time": fmt_seconds(post["seconds"]),
             "split": f"data + logQ {fmt_seconds(post['data_s'])}, model step "
             f"{fmt_seconds(post['step_s'])}",
         },
         {
-            "who": "package (vectorised)",
+            "who": "package, vectorised (dense embeddings, Adam: the post's optimizer)",
             "eps": fmt_rate(ours["examples_per_s"]),
             "time": fmt_seconds(ours["seconds"]),
             "split": f"median of {ours['repeats']} runs",
+        },
+        {
+            "who": "package, vectorised (sparse embeddings, SparseAdam)",
+            "eps": fmt_rate(ours_sparse["examples_per_s"]),
+            "time": fmt_seconds(ours_sparse["seconds"]),
+            "split": f"median of {ours_sparse['repeats']} runs",
         },
     ]
     table = markdown_table(
@@ -256,7 +278,9 @@ def run(out: Path, *, quick: bool) -> dict[str, Any]:
     )
     met = "met" if ratio >= 50 else "not met"
     (out / "pipeline.md").write_text(
-        table + f"\nRatio (same batches, same run): `package_vs_post_pipeline_examples_per_s` = "
-        f"{fmt_ratio(ratio)} (target ≥ 50×: **{met}**).\n"
+        table + "\nRatios (same batches, same run): `package_vs_post_pipeline_examples_per_s` = "
+        f"{fmt_ratio(ratio)} (same optimizer as the post; target ≥ 50×: **{met}**); with "
+        "sparse embeddings and SparseAdam, "
+        f"{fmt_ratio(ratios['package_sparse_vs_post_pipeline_examples_per_s'])}.\n"
     )
     return result

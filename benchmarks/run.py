@@ -106,12 +106,20 @@ def main(argv: list[str] | None = None) -> dict:
     modules = {"catalogue": catalogue, "samplers": samplers, "pipeline": pipeline, "book": book}
     summary = {"mode": mode, "machine": machine, "benchmarks": {}, "ratios": {}, "targets": []}
     start_all = time.perf_counter()
+    failures: list[str] = []
     for name in selected:
         print(f"== {name}", flush=True)
         before = machine_info()
         start = time.perf_counter()
         kwargs = {"sizes": args.sizes} if name == "catalogue" and args.sizes else {}
-        result = modules[name].run(out, quick=args.quick, **kwargs)
+        try:
+            result = modules[name].run(out, quick=args.quick, **kwargs)
+        except Exception as err:  # noqa: BLE001 - report, run the other benchmarks, exit 1
+            message = f"{type(err).__name__}: {err}"
+            print(f"  {name} FAILED: {message}", flush=True)
+            failures.append(name)
+            summary["benchmarks"][name] = {"failed": message}
+            continue
         result["mode"] = mode
         result["seconds"] = time.perf_counter() - start
         result["machine"] = before
@@ -127,6 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
         summary["targets"] += result.get("targets", [])
     summary["seconds"] = time.perf_counter() - start_all
     summary["load_average_after"] = load_average()
+    summary["failures"] = failures
     write_json(out / "summary.json", summary)
     rows = [{"k": f"`{k}`", "v": fmt_ratio(v)} for k, v in summary["ratios"].items()]
     target_rows = [
@@ -151,8 +160,10 @@ def main(argv: list[str] | None = None) -> dict:
         + markdown_table(rows, [("k", "ratio"), ("v", "value")])
     )
     print(f"done in {summary['seconds']:.0f} s; results in {out}", flush=True)
+    if failures:
+        print(f"failed: {', '.join(failures)}", flush=True)
     return summary
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(1 if main()["failures"] else 0)
