@@ -8,6 +8,7 @@ Nothing is written back to the notebooks.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,9 @@ def execute(path: Path, timeout: int = 900) -> dict[str, Any]:
     try:
         client.execute()
     except Exception as err:  # noqa: BLE001 - a failing chapter is reported, not fatal to the suite
-        status = f"failed: {type(err).__name__}: {str(err).strip().splitlines()[-1][:150]}"
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip().splitlines()
+        errors = [line for line in text if "Error" in line] or text or [""]
+        status = f"failed: {type(err).__name__}: {errors[-1][:150]}"
     return {
         "notebook": path.name,
         "title": _title(nb),

@@ -22,6 +22,7 @@ catalogues and fewer repeats (a few minutes on 2 cores); the appendix shows a fu
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -104,7 +105,16 @@ def main(argv: list[str] | None = None) -> dict:
     if machine["device"] == "cpu":
         print("no GPU here: CPU figures only", flush=True)
     modules = {"catalogue": catalogue, "samplers": samplers, "pipeline": pipeline, "book": book}
-    summary = {"mode": mode, "machine": machine, "benchmarks": {}, "ratios": {}, "targets": []}
+    # a run of a subset (--only) keeps the other benchmarks' entries of an earlier run
+    previous = {}
+    if (out / "summary.json").exists():
+        try:
+            old = json.loads((out / "summary.json").read_text())
+            if old.get("mode") == mode:
+                previous = old.get("benchmarks", {})
+        except (OSError, ValueError):
+            previous = {}
+    entries = {k: v for k, v in previous.items() if k in BENCHMARKS and k not in selected}
     start_all = time.perf_counter()
     failures: list[str] = []
     for name in selected:
@@ -118,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict:
             message = f"{type(err).__name__}: {err}"
             print(f"  {name} FAILED: {message}", flush=True)
             failures.append(name)
-            summary["benchmarks"][name] = {"failed": message}
+            entries[name] = {"failed": message, "utc": before["utc"]}
             continue
         result["mode"] = mode
         result["seconds"] = time.perf_counter() - start
@@ -127,17 +137,30 @@ def main(argv: list[str] | None = None) -> dict:
         write_json(out / f"{name}.json", result)
         for key, value in result.get("ratios", {}).items():
             print_ratio(key, value)
-        summary["benchmarks"][name] = {
+        entries[name] = {
             "seconds": result["seconds"],
             "plots": result.get("plots", []),
+            "utc": before["utc"],
+            "torch_threads": before["torch_threads"],
+            "load_average_before": before["load_average_1_5_15min"],
+            "load_average_after": result["load_average_after"],
+            "ratios": result.get("ratios", {}),
+            "targets": result.get("targets", []),
         }
-        summary["ratios"].update(result.get("ratios", {}))
-        summary["targets"] += result.get("targets", [])
-    summary["seconds"] = time.perf_counter() - start_all
-    summary["load_average_after"] = load_average()
-    summary["failures"] = failures
+    ordered = {k: entries[k] for k in BENCHMARKS if k in entries}
+    ratios = {k: v for e in ordered.values() for k, v in e.get("ratios", {}).items()}
+    targets = [t for e in ordered.values() for t in e.get("targets", [])]
+    summary = {
+        "mode": mode,
+        "machine": machine,
+        "benchmarks": ordered,
+        "ratios": ratios,
+        "targets": targets,
+        "failures": failures,
+        "seconds": time.perf_counter() - start_all,
+    }
     write_json(out / "summary.json", summary)
-    rows = [{"k": f"`{k}`", "v": fmt_ratio(v)} for k, v in summary["ratios"].items()]
+    rows = [{"k": f"`{k}`", "v": fmt_ratio(v)} for k, v in ratios.items()]
     target_rows = [
         {
             "k": f"`{t['ratio']}`",
@@ -145,16 +168,37 @@ def main(argv: list[str] | None = None) -> dict:
             "v": fmt_ratio(t["measured"]),
             "met": "–" if t["met"] is None else ("yes" if t["met"] else "**no**"),
         }
-        for t in summary["targets"]
+        for t in targets
+    ]
+    runs = [
+        {
+            "b": name,
+            "utc": e.get("utc", ""),
+            "s": f"{e['seconds']:.0f} s" if "seconds" in e else e.get("failed", ""),
+            "thr": e.get("torch_threads", ""),
+            "load": " → ".join(
+                str(x[0]) for x in (e.get("load_average_before"), e.get("load_average_after")) if x
+            ),
+        }
+        for name, e in ordered.items()
     ]
     (out / "summary.md").write_text(
-        f"Mode: {mode}; device: {machine['device']}; {machine['cpu']}, {machine['cpu_count']} "
-        f"cores, {machine['memory_total_gb']} GB; Python {machine['python']}, torch "
-        f"{machine['torch']}; load average (1, 5, 15 min) at the start "
-        f"{machine['load_average_1_5_15min']}, at the end {summary['load_average_after']}; "
-        f"measured {machine['utc']} UTC; the suite took {summary['seconds']:.0f} s.\n\n"
+        f"Mode: {mode}; device: {machine['device']}; CPU: {machine['cpu']}, "
+        f"{machine['cpu_count']} cores, {machine['memory_total_gb']} GB; Python "
+        f"{machine['python']}, torch {machine['torch']}, NumPy {machine['numpy']}.\n\n"
         + markdown_table(
-            target_rows, [("k", "target"), ("t", "goal"), ("v", "measured"), ("met", "met")]
+            runs,
+            [
+                ("b", "benchmark"),
+                ("utc", "measured (UTC)"),
+                ("s", "took"),
+                ("thr", "torch threads"),
+                ("load", "1-min load average before → after"),
+            ],
+        )
+        + "\nTargets:\n\n"
+        + markdown_table(
+            target_rows, [("k", "ratio"), ("t", "target"), ("v", "measured"), ("met", "met")]
         )
         + "\nAll headline ratios:\n\n"
         + markdown_table(rows, [("k", "ratio"), ("v", "value")])
