@@ -101,7 +101,9 @@ def test_unseen_items_get_small_estimate():
     assert float(est.estimate(torch.tensor([0]))) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("num_hashes,num_buckets,hash_ids", [(1, 50, False), (1, 400, True), (3, 400, True)])
+@pytest.mark.parametrize(
+    "num_hashes,num_buckets,hash_ids", [(1, 50, False), (1, 400, True), (3, 400, True)]
+)
 def test_streaming_estimate_converges_to_inclusion_probability(num_hashes, num_buckets, hash_ids):
     """Stream with known frequencies: the estimate approaches 1 − (1 − p)^B."""
     num_items, batch = 50, 16

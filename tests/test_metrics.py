@@ -5,14 +5,22 @@ import math
 import pytest
 import torch
 
-from candidate_sampling.metrics import metrics_from_ranks, retrieval_metrics, target_ranks, top_k_items
+from candidate_sampling.metrics import (
+    metrics_from_ranks,
+    retrieval_metrics,
+    target_ranks,
+    top_k_items,
+)
 
 
 def _data(seed=0, users=7, items=30, d=4, n=40):
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(users, d, generator=g, dtype=torch.float64),
-            torch.randn(items, d, generator=g, dtype=torch.float64),
-            torch.randint(0, users, (n,), generator=g), torch.randint(0, items, (n,), generator=g))
+    return (
+        torch.randn(users, d, generator=g, dtype=torch.float64),
+        torch.randn(items, d, generator=g, dtype=torch.float64),
+        torch.randint(0, users, (n,), generator=g),
+        torch.randint(0, items, (n,), generator=g),
+    )
 
 
 def _seen(seed=1, users=7, items=30, n=60):
@@ -30,8 +38,9 @@ def test_ranks_match_loop(exclude, chunk):
         u, t = int(users[n]), int(targets[n])
         skip = {int(i) for uu, i in zip(seen_u, seen_i) if int(uu) == u} if exclude else set()
         target_score = float(ue[u] @ ie[t])
-        want = sum(1 for y in range(ie.shape[0])
-                   if y not in skip and float(ue[u] @ ie[y]) > target_score)
+        want = sum(
+            1 for y in range(ie.shape[0]) if y not in skip and float(ue[u] @ ie[y]) > target_score
+        )
         assert int(got[n]) == want
 
 
@@ -69,8 +78,9 @@ def test_top_k_matches_sort(exclude):
 def test_target_is_never_excluded():
     ue = torch.tensor([[1.0, 0.0]])
     ie = torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.5, 0.0]])
-    ranks = target_ranks(ue, ie, torch.tensor([0]), torch.tensor([0]),
-                         (torch.tensor([0, 0]), torch.tensor([0, 1])))
+    ranks = target_ranks(
+        ue, ie, torch.tensor([0]), torch.tensor([0]), (torch.tensor([0, 0]), torch.tensor([0, 1]))
+    )
     assert int(ranks[0]) == 0  # item 1 (seen) no longer outranks the target
 
 

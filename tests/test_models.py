@@ -48,14 +48,19 @@ def test_user_tower_history_mean_ignores_padding():
 def test_user_tower_id_plus_history():
     tower = UserTower(num_users=3, num_items=5, dim=2)
     out = tower(torch.tensor([2]), torch.tensor([[4, 0]]))
-    want = tower.user_embedding.weight[2] + (tower.history_bag.weight[4] + tower.history_bag.weight[0]) / 2
+    want = (
+        tower.user_embedding.weight[2]
+        + (tower.history_bag.weight[4] + tower.history_bag.weight[0]) / 2
+    )
     assert torch.allclose(out[0], want)
 
 
 @pytest.mark.parametrize("num_hashes,buckets", [(0, None), (2, 11)])
 def test_sparse_gradients_and_optimizers(num_hashes, buckets):
-    model = TwoTowerModel(UserTower(4, 7, 3, sparse=True),
-                          ItemTower(7, 3, num_hashes=num_hashes, num_buckets=buckets, sparse=True))
+    model = TwoTowerModel(
+        UserTower(4, 7, 3, sparse=True),
+        ItemTower(7, 3, num_hashes=num_hashes, num_buckets=buckets, sparse=True),
+    )
     sparse, dense = sparse_parameters(model)
     assert len(sparse) == 3 and not dense
     u, v = model(torch.tensor([0, 1]), torch.tensor([2, 3]), torch.tensor([[1, -1], [2, 3]]))

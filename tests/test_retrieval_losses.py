@@ -20,12 +20,20 @@ from candidate_sampling.losses import (
 def _reference(query, items, ids, log_q, extra, extra_ids, extra_log_q, tau, dedupe):
     """Loop reference: for each row, log-sum-exp over kept candidates minus the positive."""
     q, v = query.double(), items.double()
-    cands = [(v[j], None if ids is None else int(ids[j]), 0.0 if log_q is None else float(log_q[j]), j)
-             for j in range(v.shape[0])]
+    cands = [
+        (v[j], None if ids is None else int(ids[j]), 0.0 if log_q is None else float(log_q[j]), j)
+        for j in range(v.shape[0])
+    ]
     if extra is not None:
         for j in range(extra.shape[0]):
-            cands.append((extra[j].double(), None if extra_ids is None else int(extra_ids[j]),
-                          0.0 if extra_log_q is None else float(extra_log_q[j]), -1))
+            cands.append(
+                (
+                    extra[j].double(),
+                    None if extra_ids is None else int(extra_ids[j]),
+                    0.0 if extra_log_q is None else float(extra_log_q[j]),
+                    -1,
+                )
+            )
     losses = []
     for i in range(q.shape[0]):
         terms = []
@@ -46,15 +54,15 @@ def _reference(query, items, ids, log_q, extra, extra_ids, extra_log_q, tau, ded
 
 def _batch(seed, b=6, d=4, n_extra=5, n_items=5):
     g = torch.Generator().manual_seed(seed)
-    return dict(
-        query=torch.randn(b, d, generator=g, dtype=torch.float64),
-        items=torch.randn(b, d, generator=g, dtype=torch.float64),
-        ids=torch.randint(0, n_items, (b,), generator=g),
-        log_q=torch.randn(b, generator=g, dtype=torch.float64),
-        extra=torch.randn(n_extra, d, generator=g, dtype=torch.float64),
-        extra_ids=torch.randint(0, n_items, (n_extra,), generator=g),
-        extra_log_q=torch.randn(n_extra, generator=g, dtype=torch.float64),
-    )
+    return {
+        "query": torch.randn(b, d, generator=g, dtype=torch.float64),
+        "items": torch.randn(b, d, generator=g, dtype=torch.float64),
+        "ids": torch.randint(0, n_items, (b,), generator=g),
+        "log_q": torch.randn(b, generator=g, dtype=torch.float64),
+        "extra": torch.randn(n_extra, d, generator=g, dtype=torch.float64),
+        "extra_ids": torch.randint(0, n_items, (n_extra,), generator=g),
+        "extra_log_q": torch.randn(n_extra, generator=g, dtype=torch.float64),
+    }
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -62,18 +70,38 @@ def _batch(seed, b=6, d=4, n_extra=5, n_items=5):
 @pytest.mark.parametrize("dedupe", [False, True])
 def test_mixed_loss_matches_reference(seed, tau, dedupe):
     x = _batch(seed)
-    got = mixed_negatives_loss(x["query"], x["items"], x["ids"], x["log_q"], x["extra"],
-                               x["extra_ids"], x["extra_log_q"], tau, dedupe, reduction="none")
-    want = _reference(x["query"], x["items"], x["ids"], x["log_q"], x["extra"], x["extra_ids"],
-                      x["extra_log_q"], tau, dedupe)
+    got = mixed_negatives_loss(
+        x["query"],
+        x["items"],
+        x["ids"],
+        x["log_q"],
+        x["extra"],
+        x["extra_ids"],
+        x["extra_log_q"],
+        tau,
+        dedupe,
+        reduction="none",
+    )
+    want = _reference(
+        x["query"],
+        x["items"],
+        x["ids"],
+        x["log_q"],
+        x["extra"],
+        x["extra_ids"],
+        x["extra_log_q"],
+        tau,
+        dedupe,
+    )
     assert torch.allclose(got, want, atol=1e-10)
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_in_batch_loss_matches_reference(seed):
     x = _batch(seed)
-    got = in_batch_softmax_loss(x["query"], x["items"], x["ids"], x["log_q"], 0.5, True,
-                                reduction="none")
+    got = in_batch_softmax_loss(
+        x["query"], x["items"], x["ids"], x["log_q"], 0.5, True, reduction="none"
+    )
     want = _reference(x["query"], x["items"], x["ids"], x["log_q"], None, None, None, 0.5, True)
     assert torch.allclose(got, want, atol=1e-10)
 
@@ -89,8 +117,17 @@ def test_plain_in_batch_is_cross_entropy_on_the_diagonal():
 def test_in_batch_equals_mixed_with_no_extras(dedupe):
     x = _batch(1)
     a = in_batch_softmax_loss(x["query"], x["items"], x["ids"], x["log_q"], 0.7, dedupe)
-    b = mixed_negatives_loss(x["query"], x["items"], x["ids"], x["log_q"], x["extra"][:0],
-                             x["extra_ids"][:0], x["extra_log_q"][:0], 0.7, dedupe)
+    b = mixed_negatives_loss(
+        x["query"],
+        x["items"],
+        x["ids"],
+        x["log_q"],
+        x["extra"][:0],
+        x["extra_ids"][:0],
+        x["extra_log_q"][:0],
+        0.7,
+        dedupe,
+    )
     assert torch.allclose(a, b, atol=1e-12)
 
 
@@ -98,11 +135,26 @@ def test_masking_duplicates_equals_removing_them():
     """Row 0's positive (item 7) also sits in columns 2 and 4: masking = deleting them."""
     x = _batch(2)
     ids = torch.tensor([7, 1, 7, 3, 7, 5])
-    full = mixed_negatives_loss(x["query"], x["items"], ids, x["log_q"], None, None, None,
-                                remove_duplicates=True, reduction="none")
+    full = mixed_negatives_loss(
+        x["query"],
+        x["items"],
+        ids,
+        x["log_q"],
+        None,
+        None,
+        None,
+        remove_duplicates=True,
+        reduction="none",
+    )
     keep = torch.tensor([0, 1, 3, 5])
-    reduced = in_batch_softmax_loss(x["query"][keep], x["items"][keep], ids[keep],
-                                    x["log_q"][keep], remove_duplicates=False, reduction="none")
+    reduced = in_batch_softmax_loss(
+        x["query"][keep],
+        x["items"][keep],
+        ids[keep],
+        x["log_q"][keep],
+        remove_duplicates=False,
+        reduction="none",
+    )
     assert torch.allclose(full[0], reduced[0], atol=1e-12)
 
 
@@ -110,11 +162,28 @@ def test_accidental_hits_among_extras_are_masked():
     x = _batch(3)
     ids = torch.arange(6)
     extra_ids = torch.tensor([0, 10, 11, 12, 13])  # extra 0 is row 0's positive
-    masked = mixed_negatives_loss(x["query"], x["items"], ids, x["log_q"], x["extra"], extra_ids,
-                                  x["extra_log_q"], remove_duplicates=True, reduction="none")
-    dropped = mixed_negatives_loss(x["query"], x["items"], ids, x["log_q"], x["extra"][1:],
-                                   extra_ids[1:], x["extra_log_q"][1:], remove_duplicates=True,
-                                   reduction="none")
+    masked = mixed_negatives_loss(
+        x["query"],
+        x["items"],
+        ids,
+        x["log_q"],
+        x["extra"],
+        extra_ids,
+        x["extra_log_q"],
+        remove_duplicates=True,
+        reduction="none",
+    )
+    dropped = mixed_negatives_loss(
+        x["query"],
+        x["items"],
+        ids,
+        x["log_q"],
+        x["extra"][1:],
+        extra_ids[1:],
+        x["extra_log_q"][1:],
+        remove_duplicates=True,
+        reduction="none",
+    )
     assert torch.allclose(masked[0], dropped[0], atol=1e-12)
     assert not torch.allclose(masked[1:], dropped[1:])
 
@@ -123,8 +192,9 @@ def test_diagonal_layout_equals_positive_first_layout():
     from candidate_sampling.losses import positive_on_diagonal_loss, softmax_loss_positive_first
 
     logits = torch.randn(4, 7, dtype=torch.float64)
-    moved = torch.stack([torch.cat([row[i:i + 1], row[:i], row[i + 1:]])
-                         for i, row in enumerate(logits)])
+    moved = torch.stack(
+        [torch.cat([row[i : i + 1], row[:i], row[i + 1 :]]) for i, row in enumerate(logits)]
+    )
     assert torch.allclose(positive_on_diagonal_loss(logits), softmax_loss_positive_first(moved))
 
 
@@ -158,8 +228,9 @@ def test_constant_shift_of_log_q_cancels(shift, seed):
     x = _batch(seed)
     args = (x["query"], x["items"], x["ids"])
     a = mixed_negatives_loss(*args, x["log_q"], x["extra"], x["extra_ids"], x["extra_log_q"])
-    b = mixed_negatives_loss(*args, x["log_q"] + shift, x["extra"], x["extra_ids"],
-                             x["extra_log_q"] + shift)
+    b = mixed_negatives_loss(
+        *args, x["log_q"] + shift, x["extra"], x["extra_ids"], x["extra_log_q"] + shift
+    )
     assert torch.allclose(a, b, atol=1e-9)
 
 
@@ -169,8 +240,9 @@ def test_mixed_log_q_forms():
     b, b2 = 8, 4
     expected = torch.log(b * q + b2 * r)
     assert torch.allclose(mixed_log_q(q, r, b, b2, "expected_count").double(), expected, atol=1e-6)
-    assert torch.allclose(mixed_log_q(q, r, b, b2, "mixture").double(),
-                          expected - math.log(b + b2), atol=1e-6)
+    assert torch.allclose(
+        mixed_log_q(q, r, b, b2, "mixture").double(), expected - math.log(b + b2), atol=1e-6
+    )
     incl = torch.log(1 - (1 - q) ** b * (1 - r) ** b2)
     assert torch.allclose(mixed_log_q(q, r, b, b2, "inclusion").double(), incl, atol=1e-6)
 
@@ -184,8 +256,14 @@ def test_mixture_and_expected_count_give_the_same_loss():
     losses = {}
     for form in ("mixture", "expected_count", "inclusion"):
         losses[form] = mixed_negatives_loss(
-            x["query"], x["items"], x["ids"], mixed_log_q(q_pos, r_pos, 6, 5, form).double(),
-            x["extra"], x["extra_ids"], mixed_log_q(q_ext, r_ext, 6, 5, form).double())
+            x["query"],
+            x["items"],
+            x["ids"],
+            mixed_log_q(q_pos, r_pos, 6, 5, form).double(),
+            x["extra"],
+            x["extra_ids"],
+            mixed_log_q(q_ext, r_ext, 6, 5, form).double(),
+        )
     assert torch.allclose(losses["mixture"], losses["expected_count"], atol=1e-6)
     assert not torch.allclose(losses["mixture"], losses["inclusion"], atol=1e-4)
 
@@ -195,11 +273,15 @@ def test_gradcheck():
     x["ids"] = torch.tensor([0, 1, 0, 2])
 
     def f(q, v, e):
-        return mixed_negatives_loss(q, v, x["ids"], x["log_q"][:4], e, x["extra_ids"][:3],
-                                    x["extra_log_q"][:3], 0.5)
+        return mixed_negatives_loss(
+            q, v, x["ids"], x["log_q"][:4], e, x["extra_ids"][:3], x["extra_log_q"][:3], 0.5
+        )
 
-    inputs = (x["query"][:4].requires_grad_(), x["items"][:4].requires_grad_(),
-              x["extra"][:3].requires_grad_())
+    inputs = (
+        x["query"][:4].requires_grad_(),
+        x["items"][:4].requires_grad_(),
+        x["extra"][:3].requires_grad_(),
+    )
     assert torch.autograd.gradcheck(f, inputs)
 
 
@@ -207,10 +289,27 @@ def test_modules_and_reductions():
     x = _batch(7)
     mod = MixedNegativesLoss(temperature=0.5, reduction="sum")
     assert torch.allclose(
-        mod(x["query"], x["items"], x["ids"], x["log_q"], x["extra"], x["extra_ids"],
-            x["extra_log_q"]),
-        mixed_negatives_loss(x["query"], x["items"], x["ids"], x["log_q"], x["extra"],
-                             x["extra_ids"], x["extra_log_q"], 0.5, reduction="none").sum())
+        mod(
+            x["query"],
+            x["items"],
+            x["ids"],
+            x["log_q"],
+            x["extra"],
+            x["extra_ids"],
+            x["extra_log_q"],
+        ),
+        mixed_negatives_loss(
+            x["query"],
+            x["items"],
+            x["ids"],
+            x["log_q"],
+            x["extra"],
+            x["extra_ids"],
+            x["extra_log_q"],
+            0.5,
+            reduction="none",
+        ).sum(),
+    )
     ib = InBatchSoftmaxLoss()
     assert ib(x["query"], x["items"]).shape == ()
 

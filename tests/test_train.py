@@ -32,11 +32,24 @@ def test_train_learns_a_planted_structure(sparse):
         return in_batch_softmax_loss(u, v, batch[1])
 
     def evaluate(m):
-        return retrieval_metrics(m.user_tower.user_embedding.weight, m.item_tower.all_items(),
-                                 torch.arange(40), torch.arange(40) % 8, ks=(1,))
+        return retrieval_metrics(
+            m.user_tower.user_embedding.weight,
+            m.item_tower.all_items(),
+            torch.arange(40),
+            torch.arange(40) % 8,
+            ks=(1,),
+        )
 
-    df = train(model, loss_fn, (users, items), epochs=8, batch_size=32,
-               optimizer=make_optimizer(model, "adagrad", 0.3), evaluate=evaluate, progress=False)
+    df = train(
+        model,
+        loss_fn,
+        (users, items),
+        epochs=8,
+        batch_size=32,
+        optimizer=make_optimizer(model, "adagrad", 0.3),
+        evaluate=evaluate,
+        progress=False,
+    )
     assert isinstance(df, pd.DataFrame)
     assert list(df.columns[:3]) == ["epoch", "loss", "seconds"]
     assert df["epoch"].tolist() == list(range(1, 9))

@@ -28,10 +28,10 @@ from candidate_sampling._validate import (
 )
 
 __all__ = [
+    "StreamingFrequencyEstimator",
+    "batch_inclusion_probability",
     "item_counts",
     "item_probabilities",
-    "batch_inclusion_probability",
-    "StreamingFrequencyEstimator",
 ]
 
 
@@ -138,7 +138,9 @@ class StreamingFrequencyEstimator:
         self.warm_start = warm_start
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.hash_params = draw_hash_parameters(num_hashes, seed).to(self.device)
-        self.last_seen = torch.zeros(num_hashes, num_buckets, dtype=torch.float64, device=self.device)
+        self.last_seen = torch.zeros(
+            num_hashes, num_buckets, dtype=torch.float64, device=self.device
+        )
         self.gap = torch.zeros(num_hashes, num_buckets, dtype=torch.float64, device=self.device)
         self.step = 0
 

@@ -25,7 +25,7 @@ import torch
 
 from candidate_sampling._validate import check_ids, check_int_range, check_same, check_tensor
 
-__all__ = ["target_ranks", "top_k_items", "retrieval_metrics", "metrics_from_ranks"]
+__all__ = ["metrics_from_ranks", "retrieval_metrics", "target_ranks", "top_k_items"]
 
 
 def _seen_csr(exclude, num_users: int, num_items: int, device):
@@ -74,8 +74,11 @@ def target_ranks(
     """
     check_tensor("user_embeddings", user_embeddings, ("U", "d"), floating=True)
     check_tensor("item_embeddings", item_embeddings, ("V", "d"), floating=True)
-    check_same("embedding size d", user_embeddings=user_embeddings.shape[1],
-               item_embeddings=item_embeddings.shape[1])
+    check_same(
+        "embedding size d",
+        user_embeddings=user_embeddings.shape[1],
+        item_embeddings=item_embeddings.shape[1],
+    )
     check_tensor("users", users, ("n",), floating=False)
     check_tensor("targets", targets, ("n",), floating=False)
     check_same("number of interactions n", users=users.shape[0], targets=targets.shape[0])
@@ -89,8 +92,8 @@ def target_ranks(
     ranks = []
     with torch.no_grad():
         for start in range(0, users.shape[0], chunk_size):
-            u = users[start:start + chunk_size]
-            t = targets[start:start + chunk_size]
+            u = users[start : start + chunk_size]
+            t = targets[start : start + chunk_size]
             scores = user_embeddings[u] @ item_embeddings.T  # (c, |V|)
             target_score = scores.gather(1, t[:, None])
             if seen is not None:
@@ -128,8 +131,9 @@ def top_k_items(
     return torch.cat(out)
 
 
-def metrics_from_ranks(ranks: torch.Tensor, users: torch.Tensor,
-                       ks: Sequence[int] = (10, 50, 100)) -> dict[str, float]:
+def metrics_from_ranks(
+    ranks: torch.Tensor, users: torch.Tensor, ks: Sequence[int] = (10, 50, 100)
+) -> dict[str, float]:
     """``hit_rate@K``, ``recall@K`` (per-user average) and ``ndcg@K`` from 0-based ranks."""
     check_tensor("ranks", ranks, ("n",), floating=False)
     check_same("number of interactions n", ranks=ranks.shape[0], users=users.shape[0])

@@ -30,7 +30,7 @@ from torch import nn
 from candidate_sampling._hashing import draw_hash_parameters, universal_hash
 from candidate_sampling._validate import check_ids, check_int_range, check_positive, check_tensor
 
-__all__ = ["ItemTower", "UserTower", "TwoTowerModel", "sparse_parameters"]
+__all__ = ["ItemTower", "TwoTowerModel", "UserTower", "sparse_parameters"]
 
 
 def _init_uniform(weight: torch.Tensor, scale: float) -> None:
@@ -80,8 +80,9 @@ class ItemTower(nn.Module):
             self.num_buckets = num_buckets
             self.register_buffer("hash_params", draw_hash_parameters(num_hashes, seed))
             self.register_buffer("offsets", torch.arange(num_hashes) * num_buckets)
-            self.embedding = nn.EmbeddingBag(num_hashes * num_buckets, dim, mode="sum",
-                                             sparse=sparse)
+            self.embedding = nn.EmbeddingBag(
+                num_hashes * num_buckets, dim, mode="sum", sparse=sparse
+            )
             _init_uniform(self.embedding.weight, init_scale)
 
     def rows(self, item_ids: torch.Tensor) -> torch.Tensor:
@@ -137,14 +138,16 @@ class UserTower(nn.Module):
         if num_items is not None:
             check_int_range("num_items", num_items, 1)
             # row num_items is the padding row, excluded from the mean
-            self.history_bag = nn.EmbeddingBag(num_items + 1, dim, mode="mean", sparse=sparse,
-                                               padding_idx=num_items)
+            self.history_bag = nn.EmbeddingBag(
+                num_items + 1, dim, mode="mean", sparse=sparse, padding_idx=num_items
+            )
             _init_uniform(self.history_bag.weight, init_scale)
             with torch.no_grad():
                 self.history_bag.weight[num_items].zero_()
 
-    def forward(self, user_ids: torch.Tensor | None = None,
-                history: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, user_ids: torch.Tensor | None = None, history: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``user_ids``: (B,); ``history``: (B, L) padded with -1 → ``(B, d)``."""
         parts = []
         if self.user_embedding is not None:
@@ -157,7 +160,9 @@ class UserTower(nn.Module):
             if history is None:
                 raise ValueError("history must be given: this tower averages recent items")
             check_tensor("history", history, ("B", "L"), floating=False)
-            if history.numel() and (int(history.min()) < -1 or int(history.max()) >= self.num_items):
+            if history.numel() and (
+                int(history.min()) < -1 or int(history.max()) >= self.num_items
+            ):
                 raise ValueError(
                     f"history must hold item ids in [0, {self.num_items}) or -1 for padding, got "
                     f"values in [{int(history.min())}, {int(history.max())}]"
@@ -189,8 +194,12 @@ class TwoTowerModel(nn.Module):
         self.user_tower = user_tower
         self.item_tower = item_tower
 
-    def forward(self, user_ids: torch.Tensor | None, item_ids: torch.Tensor,
-                history: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        user_ids: torch.Tensor | None,
+        item_ids: torch.Tensor,
+        history: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.user_tower(user_ids, history), self.item_tower(item_ids)
 
     def score(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from candidate_sampling._validate import check_int_range, check_positive
 from candidate_sampling.models import sparse_parameters
 
-__all__ = ["OptimizerGroup", "make_optimizer", "iterate_batches", "train"]
+__all__ = ["OptimizerGroup", "iterate_batches", "make_optimizer", "train"]
 
 OPTIMIZERS = ("adagrad", "sgd", "adam")
 
@@ -66,7 +66,9 @@ def make_optimizer(
     if not params:
         raise ValueError("model has no trainable parameters")
     if name == "adagrad":
-        return torch.optim.Adagrad(params, lr=lr, initial_accumulator_value=initial_accumulator_value)
+        return torch.optim.Adagrad(
+            params, lr=lr, initial_accumulator_value=initial_accumulator_value
+        )
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
     sparse, dense = sparse_parameters(model)
@@ -96,13 +98,14 @@ def iterate_batches(
     n = tensors[0].shape[0]
     for i, t in enumerate(tensors):
         if t.shape[0] != n:
-            raise ValueError(f"tensors must share their first dimension, got {n} and "
-                             f"{t.shape[0]} (tensor {i})")
+            raise ValueError(
+                f"tensors must share their first dimension, got {n} and {t.shape[0]} (tensor {i})"
+            )
     order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
     order = order.to(tensors[0].device)
     stop = n - n % batch_size if drop_last else n
     for start in range(0, stop, batch_size):
-        idx = order[start:start + batch_size]
+        idx = order[start : start + batch_size]
         yield tuple(t[idx] for t in tensors)
 
 
@@ -135,8 +138,9 @@ def train(
     data = [t.to(device) for t in data]
     optimizer = optimizer if optimizer is not None else make_optimizer(model)
     generator = torch.Generator().manual_seed(seed)
-    num_batches = (data[0].shape[0] // batch_size if drop_last
-                   else -(-data[0].shape[0] // batch_size))
+    num_batches = (
+        data[0].shape[0] // batch_size if drop_last else -(-data[0].shape[0] // batch_size)
+    )
     rows = []
     bar = tqdm(total=epochs * num_batches, desc=description, disable=not progress, leave=False)
     for epoch in range(1, epochs + 1):
@@ -153,8 +157,11 @@ def train(
             total += loss.detach()
             count += 1
             bar.update(1)
-        row = {"epoch": epoch, "loss": float(total) / max(count, 1),
-               "seconds": time.perf_counter() - start}
+        row = {
+            "epoch": epoch,
+            "loss": float(total) / max(count, 1),
+            "seconds": time.perf_counter() - start,
+        }
         if evaluate is not None:
             model.eval()
             with torch.no_grad():

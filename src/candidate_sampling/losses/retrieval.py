@@ -48,14 +48,14 @@ from candidate_sampling.losses.core import (
 
 __all__ = [
     "MIXED_Q_FORMS",
-    "mixed_log_q",
-    "duplicate_positive_mask",
-    "mixed_negatives_logits",
-    "positive_on_diagonal_loss",
-    "mixed_negatives_loss",
-    "in_batch_softmax_loss",
     "InBatchSoftmaxLoss",
     "MixedNegativesLoss",
+    "duplicate_positive_mask",
+    "in_batch_softmax_loss",
+    "mixed_log_q",
+    "mixed_negatives_logits",
+    "mixed_negatives_loss",
+    "positive_on_diagonal_loss",
 ]
 
 MIXED_Q_FORMS = ("mixture", "expected_count", "inclusion")
@@ -110,11 +110,15 @@ def mixed_log_q(
         if form == "mixture":
             value = value / (batch_size + num_extra)
     if value.numel() and bool((value <= 0).any()):
-        raise ValueError("Q* must be > 0 for every candidate: an item with q = r = 0 cannot be drawn")
+        raise ValueError(
+            "Q* must be > 0 for every candidate: an item with q = r = 0 cannot be drawn"
+        )
     return torch.log(value).to(torch.float32)
 
 
-def duplicate_positive_mask(positive_ids: torch.Tensor, candidate_ids: torch.Tensor) -> torch.Tensor:
+def duplicate_positive_mask(
+    positive_ids: torch.Tensor, candidate_ids: torch.Tensor
+) -> torch.Tensor:
     """(B, C) bool: column ``j`` holds row ``i``'s positive item but is not row ``i``'s own column.
 
     ``positive_ids``: (B,); ``candidate_ids``: (C,) with ``C >= B`` whose first ``B``
@@ -147,12 +151,18 @@ def _check_inputs(query, items, ids, log_q, extra, extra_ids, extra_log_q):
         check_same("embedding size d", query=query.shape[1], extra_embeddings=extra.shape[1])
         if extra_ids is not None:
             check_tensor("extra_ids", extra_ids, ("B'",), floating=False, allow_empty=True)
-            check_same("number of extra negatives B'", extra_embeddings=extra.shape[0],
-                       extra_ids=extra_ids.shape[0])
+            check_same(
+                "number of extra negatives B'",
+                extra_embeddings=extra.shape[0],
+                extra_ids=extra_ids.shape[0],
+            )
         if extra_log_q is not None:
             check_tensor("extra_log_q", extra_log_q, ("B'",), floating=True, allow_empty=True)
-            check_same("number of extra negatives B'", extra_embeddings=extra.shape[0],
-                       extra_log_q=extra_log_q.shape[0])
+            check_same(
+                "number of extra negatives B'",
+                extra_embeddings=extra.shape[0],
+                extra_log_q=extra_log_q.shape[0],
+            )
             check_finite("extra_log_q", extra_log_q)
         if (log_q is None) != (extra_log_q is None):
             raise ValueError("log_q and extra_log_q must be given together (or both None)")
@@ -235,8 +245,15 @@ def mixed_negatives_loss(
     Reduction over rows: ``"mean"`` (default), ``"sum"`` or ``"none"``. Chapter 5.
     """
     logits = mixed_negatives_logits(
-        query, item_embeddings, item_ids, log_q, extra_embeddings, extra_ids, extra_log_q,
-        temperature, remove_duplicates,
+        query,
+        item_embeddings,
+        item_ids,
+        log_q,
+        extra_embeddings,
+        extra_ids,
+        extra_log_q,
+        temperature,
+        remove_duplicates,
     )
     return reduce_loss(positive_on_diagonal_loss(logits), reduction)
 
@@ -259,38 +276,78 @@ def in_batch_softmax_loss(
     Equals :func:`mixed_negatives_loss` with no extra negatives. Chapter 5.
     """
     return mixed_negatives_loss(
-        query, item_embeddings, item_ids, log_q, None, None, None, temperature,
-        remove_duplicates, reduction,
+        query,
+        item_embeddings,
+        item_ids,
+        log_q,
+        None,
+        None,
+        None,
+        temperature,
+        remove_duplicates,
+        reduction,
     )
 
 
 class InBatchSoftmaxLoss(nn.Module):
     """Module form of :func:`in_batch_softmax_loss` with a fixed temperature and options."""
 
-    def __init__(self, temperature: float = 1.0, remove_duplicates: bool | None = None,
-                 reduction: str = "mean") -> None:
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        remove_duplicates: bool | None = None,
+        reduction: str = "mean",
+    ) -> None:
         super().__init__()
         self.temperature = temperature
         self.remove_duplicates = remove_duplicates
         self.reduction = reduction
 
-    def forward(self, query, item_embeddings, item_ids=None, log_q=None):  # noqa: D102
-        return in_batch_softmax_loss(query, item_embeddings, item_ids, log_q, self.temperature,
-                                     self.remove_duplicates, self.reduction)
+    def forward(self, query, item_embeddings, item_ids=None, log_q=None):
+        return in_batch_softmax_loss(
+            query,
+            item_embeddings,
+            item_ids,
+            log_q,
+            self.temperature,
+            self.remove_duplicates,
+            self.reduction,
+        )
 
 
 class MixedNegativesLoss(nn.Module):
     """Module form of :func:`mixed_negatives_loss` with a fixed temperature and options."""
 
-    def __init__(self, temperature: float = 1.0, remove_duplicates: bool | None = None,
-                 reduction: str = "mean") -> None:
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        remove_duplicates: bool | None = None,
+        reduction: str = "mean",
+    ) -> None:
         super().__init__()
         self.temperature = temperature
         self.remove_duplicates = remove_duplicates
         self.reduction = reduction
 
-    def forward(self, query, item_embeddings, item_ids=None, log_q=None, extra_embeddings=None,
-                extra_ids=None, extra_log_q=None):  # noqa: D102
-        return mixed_negatives_loss(query, item_embeddings, item_ids, log_q, extra_embeddings,
-                                    extra_ids, extra_log_q, self.temperature,
-                                    self.remove_duplicates, self.reduction)
+    def forward(
+        self,
+        query,
+        item_embeddings,
+        item_ids=None,
+        log_q=None,
+        extra_embeddings=None,
+        extra_ids=None,
+        extra_log_q=None,
+    ):
+        return mixed_negatives_loss(
+            query,
+            item_embeddings,
+            item_ids,
+            log_q,
+            extra_embeddings,
+            extra_ids,
+            extra_log_q,
+            self.temperature,
+            self.remove_duplicates,
+            self.reduction,
+        )
