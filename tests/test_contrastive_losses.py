@@ -299,6 +299,18 @@ def test_invariances(n, seed, shift, scale):
         soft_nearest_neighbor_loss(x, labels, 0.7).item(), rel=1e-7, abs=1e-9)
 
 
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(2, 7), seed=st.integers(0, 10_000), temp=st.floats(0.05, 5.0))
+def test_snn_with_cosine_distance_is_supcon_l_in_minus_log_num_positives(n, seed, temp):
+    x = randn(n, 3, seed=seed)
+    labels = torch.randint(0, 3, (n,), generator=torch.Generator().manual_seed(seed))
+    same = (labels[:, None] == labels[None, :]).sum(1) - 1
+    snn = soft_nearest_neighbor_loss(x, labels, temp, distance="cosine", reduction="none")
+    l_in = supcon_loss(x, labels, temp, variant="in", reduction="none")
+    want = torch.where(same > 0, l_in - same.clamp(min=1).double().log(), 0.0)
+    assert torch.allclose(snn, want, rtol=1e-9, atol=1e-9)
+
+
 def test_symmetric_info_nce_is_mean_of_both_directions():
     q, k = randn(5, 3, seed=17), randn(5, 3, seed=18)
     both = info_nce_loss(q, k, 0.4, symmetric=True)
