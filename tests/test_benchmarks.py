@@ -19,6 +19,9 @@ if str(ROOT) not in sys.path:
 from benchmarks import catalogue, run, samplers
 from benchmarks.common import markdown_table, peak_tensor_bytes, size_label
 
+# torch's sparse Adagrad path warns that sparse invariant checks are off; not our concern here
+pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
+
 
 def test_catalogue_steps_report_time_and_memory():
     cfg = catalogue.default_config(
