@@ -93,8 +93,11 @@ def ref_supcon(x, labels, tau, variant):
     rows = []
     for i in range(n):
         denom = sum(math.exp(cos(x[i], x[a]) / tau) for a in range(n) if a != i)
-        probs = [math.exp(cos(x[i], x[p]) / tau) / denom
-                 for p in range(n) if p != i and labels[p] == labels[i]]
+        probs = [
+            math.exp(cos(x[i], x[p]) / tau) / denom
+            for p in range(n)
+            if p != i and labels[p] == labels[i]
+        ]
         if not probs:
             continue
         if variant == "out":
@@ -114,8 +117,11 @@ def ref_snn(x, labels, temp, distance="squared_euclidean"):
 
     rows = []
     for i in range(n):
-        same = sum(math.exp(-dist(x[i], x[j]) / temp)
-                   for j in range(n) if j != i and labels[j] == labels[i])
+        same = sum(
+            math.exp(-dist(x[i], x[j]) / temp)
+            for j in range(n)
+            if j != i and labels[j] == labels[i]
+        )
         rest = sum(math.exp(-dist(x[i], x[k]) / temp) for k in range(n) if k != i)
         if any(labels[j] == labels[i] for j in range(n) if j != i):
             rows.append(-math.log(same / rest))
@@ -149,8 +155,9 @@ def test_nt_xent_matches_loop(tau):
 @pytest.mark.parametrize("tau", [0.1, 1.0])
 def test_nt_bxent_matches_loop(tau):
     x = randn(8, 3, seed=7)
-    pairs = torch.tensor([[0, 2], [0, 4], [1, 4], [1, 6], [2, 3], [3, 7], [4, 3], [7, 6],
-                          [0, 2]])  # a duplicate counts once; rows 5, 6 have no positive
+    pairs = torch.tensor(
+        [[0, 2], [0, 4], [1, 4], [1, 6], [2, 3], [3, 7], [4, 3], [7, 6], [0, 2]]
+    )  # a duplicate counts once; rows 5, 6 have no positive
     got = nt_bxent_loss(x, pairs, tau)
     assert got.item() == pytest.approx(ref_nt_bxent(x, pairs.tolist(), tau), rel=1e-10)
 
@@ -176,8 +183,9 @@ def test_snn_matches_loop(distance, temp):
 def test_pairwise_helpers_match_definitions():
     a, b = randn(4, 3, seed=10), randn(5, 3, seed=11)
     assert torch.allclose(pairwise_squared_distance(a, b), torch.cdist(a, b) ** 2)
-    assert torch.allclose(pairwise_cosine_similarity(a, b),
-                          F.cosine_similarity(a[:, None], b[None], dim=-1))
+    assert torch.allclose(
+        pairwise_cosine_similarity(a, b), F.cosine_similarity(a[:, None], b[None], dim=-1)
+    )
     assert torch.equal(pairwise_squared_distance(a).diagonal(), torch.zeros(4, dtype=D64))
 
 
@@ -185,7 +193,8 @@ def test_alignment_and_uniformity_match_definitions():
     x, y = randn(6, 3, seed=12), randn(6, 3, seed=13)
     f, g = F.normalize(x, dim=1), F.normalize(y, dim=1)
     assert alignment_loss(x, y).item() == pytest.approx(
-        ((f - g).norm(dim=1) ** 2).mean().item(), rel=1e-9)
+        ((f - g).norm(dim=1) ** 2).mean().item(), rel=1e-9
+    )
     want = torch.pdist(f).pow(2).mul(-2).exp().mean().log()
     assert uniformity_loss(x).item() == pytest.approx(want.item(), rel=1e-10)
     # a collapsed representation is the least uniform: exactly 0
@@ -235,8 +244,12 @@ def test_identical_embeddings_give_log_2n_minus_1(n, tau):
 
 
 @settings(max_examples=25, deadline=None)
-@given(n=st.integers(2, 6), seed=st.integers(0, 10_000),
-       tau=st.floats(0.05, 5.0), num_classes=st.integers(1, 4))
+@given(
+    n=st.integers(2, 6),
+    seed=st.integers(0, 10_000),
+    tau=st.floats(0.05, 5.0),
+    num_classes=st.integers(1, 4),
+)
 def test_l_in_is_at_most_l_out(n, seed, tau, num_classes):
     x = randn(n, 3, seed=seed)
     labels = torch.randint(0, num_classes, (n,), generator=torch.Generator().manual_seed(seed))
@@ -254,7 +267,8 @@ def test_nt_xent_equals_supcon_with_pair_labels_equals_ce_without_diagonal(n, se
     labels = torch.arange(n).repeat(2)
     for variant in ("out", "in"):
         assert supcon_loss(z, labels, tau, variant=variant).item() == pytest.approx(
-            nt.item(), rel=1e-10, abs=1e-12)
+            nt.item(), rel=1e-10, abs=1e-12
+        )
     # cross-entropy over the similarity matrix with the diagonal deleted (not masked)
     sim = pairwise_cosine_similarity(z) / tau
     off = ~torch.eye(2 * n, dtype=torch.bool)
@@ -284,19 +298,26 @@ def test_in_batch_softmax_is_one_directional_info_nce(b, seed, tau):
 
 
 @settings(max_examples=20, deadline=None)
-@given(n=st.integers(2, 6), seed=st.integers(0, 10_000), shift=st.floats(-3, 3),
-       scale=st.floats(0.2, 5.0))
+@given(
+    n=st.integers(2, 6),
+    seed=st.integers(0, 10_000),
+    shift=st.floats(-3, 3),
+    scale=st.floats(0.2, 5.0),
+)
 def test_invariances(n, seed, shift, scale):
     """Cosine losses ignore each row's scale; SNN (squared Euclidean) ignores translation."""
     x = randn(n, 3, seed=seed)
     labels = torch.arange(n) % 2
     pairs = torch.tensor([[0, 1], [1, 0]])
     assert nt_xent_loss(x * scale, x.flip(0), 0.3).item() == pytest.approx(
-        nt_xent_loss(x, x.flip(0), 0.3).item(), rel=1e-9)
+        nt_xent_loss(x, x.flip(0), 0.3).item(), rel=1e-9
+    )
     assert nt_bxent_loss(x * scale, pairs, 0.3).item() == pytest.approx(
-        nt_bxent_loss(x, pairs, 0.3).item(), rel=1e-9)
+        nt_bxent_loss(x, pairs, 0.3).item(), rel=1e-9
+    )
     assert soft_nearest_neighbor_loss(x + shift, labels, 0.7).item() == pytest.approx(
-        soft_nearest_neighbor_loss(x, labels, 0.7).item(), rel=1e-7, abs=1e-9)
+        soft_nearest_neighbor_loss(x, labels, 0.7).item(), rel=1e-7, abs=1e-9
+    )
 
 
 @settings(max_examples=20, deadline=None)
@@ -315,7 +336,8 @@ def test_symmetric_info_nce_is_mean_of_both_directions():
     q, k = randn(5, 3, seed=17), randn(5, 3, seed=18)
     both = info_nce_loss(q, k, 0.4, symmetric=True)
     assert both.item() == pytest.approx(
-        0.5 * (info_nce_loss(q, k, 0.4) + info_nce_loss(k, q, 0.4)).item(), rel=1e-12)
+        0.5 * (info_nce_loss(q, k, 0.4) + info_nce_loss(k, q, 0.4)).item(), rel=1e-12
+    )
 
 
 # ---------------------------------------------------------------- gradients
@@ -331,14 +353,17 @@ def test_gradcheck_all_losses():
     assert torch.autograd.gradcheck(lambda a, b: nt_xent_loss(a, b, 0.3), (x, y))
     assert torch.autograd.gradcheck(lambda a: nt_bxent_loss(a, pairs, 0.3), (x,))
     for variant in ("out", "in"):
-        assert torch.autograd.gradcheck(lambda a, v=variant: supcon_loss(a, labels, 0.3, variant=v),
-                                        (x,))
+        assert torch.autograd.gradcheck(
+            lambda a, v=variant: supcon_loss(a, labels, 0.3, variant=v), (x,)
+        )
     for distance in ("squared_euclidean", "cosine"):
         assert torch.autograd.gradcheck(
-            lambda a, m=distance: soft_nearest_neighbor_loss(a, labels, 0.8, distance=m), (x,))
+            lambda a, m=distance: soft_nearest_neighbor_loss(a, labels, 0.8, distance=m), (x,)
+        )
     t = torch.tensor(0.8, dtype=D64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda a, temp: soft_nearest_neighbor_loss(a, labels, temp),
-                                    (x, t))
+    assert torch.autograd.gradcheck(
+        lambda a, temp: soft_nearest_neighbor_loss(a, labels, temp), (x, t)
+    )
     assert torch.autograd.gradcheck(lambda a, b: alignment_loss(a, b), (x, y))
     assert torch.autograd.gradcheck(lambda a: uniformity_loss(a), (x,))
 
@@ -360,7 +385,8 @@ def test_learnable_temperature_gets_a_gradient_and_moves():
     assert list(fixed.parameters()) == []
     assert fixed.temperature.item() == pytest.approx(2.0)
     assert fixed(x, labels).item() == pytest.approx(
-        soft_nearest_neighbor_loss(x, labels, 2.0).item(), rel=1e-6)
+        soft_nearest_neighbor_loss(x, labels, 2.0).item(), rel=1e-6
+    )
 
 
 def test_modules_match_functions():

@@ -96,8 +96,9 @@ def _eye(n: int, device: torch.device) -> torch.Tensor:
     return torch.eye(n, dtype=torch.bool, device=device)
 
 
-def _mean_over_rows_with_positive(per_row: torch.Tensor, has_pos: torch.Tensor,
-                                  reduction: str) -> torch.Tensor:
+def _mean_over_rows_with_positive(
+    per_row: torch.Tensor, has_pos: torch.Tensor, reduction: str
+) -> torch.Tensor:
     """Zero the rows without a positive; "mean" averages over the rows that have one."""
     per_row = torch.where(has_pos, per_row, torch.zeros_like(per_row))
     if reduction == "mean":
@@ -105,8 +106,9 @@ def _mean_over_rows_with_positive(per_row: torch.Tensor, has_pos: torch.Tensor,
     return reduce_loss(per_row, reduction)
 
 
-def pairwise_cosine_similarity(a: torch.Tensor, b: torch.Tensor | None = None,
-                               eps: float = 1e-8) -> torch.Tensor:
+def pairwise_cosine_similarity(
+    a: torch.Tensor, b: torch.Tensor | None = None, eps: float = 1e-8
+) -> torch.Tensor:
     """Cosine similarity of every row of ``a`` with every row of ``b`` (default ``b = a``).
 
     ``a``: (n, d), ``b``: (m, d) → (n, m), entries ``a_i·b_j / (‖a_i‖ ‖b_j‖)``; a row of
@@ -238,8 +240,10 @@ def nt_bxent_loss(
     n = embeddings.shape[0]
     check_ids("positive_pairs", positive_pairs, n)
     if bool((positive_pairs[:, 0] == positive_pairs[:, 1]).any()):
-        raise ValueError("positive_pairs must not contain self-pairs (i, i); "
-                         "the self-pair is removed from the loss")
+        raise ValueError(
+            "positive_pairs must not contain self-pairs (i, i); "
+            "the self-pair is removed from the loss"
+        )
     eye = _eye(n, embeddings.device)
     pos = torch.zeros(n, n, dtype=torch.bool, device=embeddings.device)
     pos[positive_pairs[:, 0], positive_pairs[:, 1]] = True
@@ -374,16 +378,28 @@ def uniformity_loss(embeddings: torch.Tensor, t: float = 2.0) -> torch.Tensor:
 class InfoNCELoss(nn.Module):
     """Module form of :func:`info_nce_loss`: ``forward(query, key)``."""
 
-    def __init__(self, temperature: float = 1.0, *, symmetric: bool = False,
-                 normalize: bool = False, reduction: str = "mean") -> None:
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        *,
+        symmetric: bool = False,
+        normalize: bool = False,
+        reduction: str = "mean",
+    ) -> None:
         super().__init__()
         self.temperature = check_positive("temperature", temperature)
         self.symmetric, self.normalize = symmetric, normalize
         self.reduction = check_reduction(reduction)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        return info_nce_loss(query, key, self.temperature, symmetric=self.symmetric,
-                             normalize=self.normalize, reduction=self.reduction)
+        return info_nce_loss(
+            query,
+            key,
+            self.temperature,
+            symmetric=self.symmetric,
+            normalize=self.normalize,
+            reduction=self.reduction,
+        )
 
 
 class NTXentLoss(nn.Module):
@@ -407,15 +423,15 @@ class NTBXentLoss(nn.Module):
         self.reduction = check_reduction(reduction)
 
     def forward(self, embeddings: torch.Tensor, positive_pairs: torch.Tensor) -> torch.Tensor:
-        return nt_bxent_loss(embeddings, positive_pairs, self.temperature,
-                             reduction=self.reduction)
+        return nt_bxent_loss(embeddings, positive_pairs, self.temperature, reduction=self.reduction)
 
 
 class SupConLoss(nn.Module):
     """Module form of :func:`supcon_loss`: ``forward(embeddings, labels)``."""
 
-    def __init__(self, temperature: float = 0.1, *, variant: str = "out",
-                 reduction: str = "mean") -> None:
+    def __init__(
+        self, temperature: float = 0.1, *, variant: str = "out", reduction: str = "mean"
+    ) -> None:
         super().__init__()
         if variant not in _SUPCON_VARIANTS:
             raise ValueError(f"variant must be one of {_SUPCON_VARIANTS}, got {variant!r}")
@@ -424,8 +440,9 @@ class SupConLoss(nn.Module):
         self.reduction = check_reduction(reduction)
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return supcon_loss(embeddings, labels, self.temperature, variant=self.variant,
-                           reduction=self.reduction)
+        return supcon_loss(
+            embeddings, labels, self.temperature, variant=self.variant, reduction=self.reduction
+        )
 
 
 class SoftNearestNeighborLoss(nn.Module):
@@ -436,8 +453,14 @@ class SoftNearestNeighborLoss(nn.Module):
     model's parameters), a buffer otherwise. ``forward(embeddings, labels)``.
     """
 
-    def __init__(self, temperature: float = 1.0, *, distance: str = "squared_euclidean",
-                 learnable_temperature: bool = False, reduction: str = "mean") -> None:
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        *,
+        distance: str = "squared_euclidean",
+        learnable_temperature: bool = False,
+        reduction: str = "mean",
+    ) -> None:
         super().__init__()
         check_positive("temperature", temperature)
         if distance not in _DISTANCES:
@@ -456,5 +479,6 @@ class SoftNearestNeighborLoss(nn.Module):
         return self.log_temperature.exp()
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return soft_nearest_neighbor_loss(embeddings, labels, self.temperature,
-                                          distance=self.distance, reduction=self.reduction)
+        return soft_nearest_neighbor_loss(
+            embeddings, labels, self.temperature, distance=self.distance, reduction=self.reduction
+        )
