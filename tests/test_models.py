@@ -103,3 +103,22 @@ def test_bad_inputs():
         tower(torch.tensor([0, 1]), torch.tensor([[1]]))
     with pytest.raises(ValueError, match="embedding size d"):
         TwoTowerModel(UserTower(3, None, 2), ItemTower(4, 3))
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "sgd", "adam"])
+def test_default_model_is_sparse_and_a_step_touches_only_the_batch_rows(optimizer):
+    """The default path for catalogue scale: sparse gradients, an optimizer that updates
+    only the rows a batch used (issue: benchmarks; chapter 5)."""
+    model = TwoTowerModel(UserTower(num_users=50, dim=4), ItemTower(1000, 4))
+    sparse, dense = sparse_parameters(model)
+    assert len(sparse) == 2 and not dense
+    before = model.item_tower.embedding.weight.detach().clone()
+    opt = make_optimizer(model, optimizer, lr=0.1)
+    users, items = torch.tensor([1, 2, 3]), torch.tensor([10, 20, 10])
+    u, v = model(users, items)
+    (u * v).sum().backward()
+    assert model.item_tower.embedding.weight.grad.is_sparse
+    opt.step()
+    after = model.item_tower.embedding.weight.detach()
+    changed = torch.nonzero((after != before).any(dim=1)).squeeze(1)
+    assert changed.tolist() == [10, 20]

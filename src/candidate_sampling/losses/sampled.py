@@ -489,16 +489,25 @@ def sampled_logistic_loss(
 
 
 class _SampledLossModule(nn.Module):
+    """Shared body of the sampled-loss modules: draw ``num_samples`` ids, apply ``_loss_fn``.
+
+    Subclasses set ``_loss_fn`` (an embedding-level loss of this module) and
+    ``_removes_hits_by_default`` (TensorFlow's default for that loss).
+    """
+
+    _loss_fn: staticmethod
+    _removes_hits_by_default: bool
+
     def __init__(
         self,
         sampler: CandidateSampler,
         num_samples: int,
-        unique: bool,
-        temperature: float,
-        remove_accidental_hits: bool,
-        subtract_log_q: bool,
-        reduction: str,
-        sparse: bool,
+        unique: bool = True,
+        temperature: float = 1.0,
+        remove_accidental_hits: bool | None = None,
+        subtract_log_q: bool = True,
+        reduction: str = "mean",
+        sparse: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(sampler, CandidateSampler):
@@ -509,6 +518,8 @@ class _SampledLossModule(nn.Module):
                 f"num_samples must be <= the number of drawable classes ({sampler.num_allowed}) "
                 f"when unique=True, got {num_samples}"
             )
+        if remove_accidental_hits is None:
+            remove_accidental_hits = self._removes_hits_by_default
         self.sampler = sampler
         self.num_samples = num_samples
         self.unique = unique
@@ -519,11 +530,29 @@ class _SampledLossModule(nn.Module):
         self.sparse = sparse
         self.last_draw: CandidateDraw | None = None
 
-    def _draw(self, generator: torch.Generator | None) -> CandidateDraw:
+    def forward(
+        self,
+        query: torch.Tensor,
+        class_weights: torch.Tensor,
+        class_bias: torch.Tensor | None,
+        positive_ids: torch.Tensor,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         self.last_draw = self.sampler.sample(
             self.num_samples, unique=self.unique, generator=generator
         )
-        return self.last_draw
+        return self._loss_fn(
+            query,
+            class_weights,
+            class_bias,
+            positive_ids,
+            self.last_draw,
+            self.temperature,
+            self.remove_accidental_hits,
+            self.subtract_log_q,
+            self.reduction,
+            self.sparse,
+        )
 
     def extra_repr(self) -> str:
         return (
@@ -537,105 +566,25 @@ class _SampledLossModule(nn.Module):
 class SampledSoftmaxLoss(_SampledLossModule):
     """Draws ``num_samples`` candidates per call and applies :func:`sampled_softmax_loss`.
 
+    ``SampledSoftmaxLoss(sampler, num_samples, unique=True, temperature=1.0,
+    remove_accidental_hits=True, subtract_log_q=True, reduction="mean", sparse=False)``;
     ``forward(query (B, d), class_weights (|V|, d), class_bias (|V|,) or None,
     positive_ids (B,), generator=None)`` → loss. The module owns no parameters (pass the
     class table, e.g. a tied embedding); the last draw is kept in ``last_draw``. Chapter 4.
     """
 
-    def __init__(
-        self,
-        sampler: CandidateSampler,
-        num_samples: int,
-        unique: bool = True,
-        temperature: float = 1.0,
-        remove_accidental_hits: bool = True,
-        subtract_log_q: bool = True,
-        reduction: str = "mean",
-        sparse: bool = False,
-    ) -> None:
-        super().__init__(
-            sampler,
-            num_samples,
-            unique,
-            temperature,
-            remove_accidental_hits,
-            subtract_log_q,
-            reduction,
-            sparse,
-        )
-
-    def forward(
-        self,
-        query: torch.Tensor,
-        class_weights: torch.Tensor,
-        class_bias: torch.Tensor | None,
-        positive_ids: torch.Tensor,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        draw = self._draw(generator)
-        return sampled_softmax_loss(
-            query,
-            class_weights,
-            class_bias,
-            positive_ids,
-            draw,
-            self.temperature,
-            self.remove_accidental_hits,
-            self.subtract_log_q,
-            self.reduction,
-            self.sparse,
-        )
+    _loss_fn = staticmethod(sampled_softmax_loss)
+    _removes_hits_by_default = True
 
 
 class NCELoss(_SampledLossModule):
     """Draws ``num_samples`` noise candidates per call and applies :func:`nce_loss`.
 
-    Defaults as TF's ``nce_loss``: unique draws, accidental hits kept, log expected count
+    Same arguments as :class:`SampledSoftmaxLoss`, with TF's ``nce_loss`` defaults: unique
+    draws, accidental hits kept (``remove_accidental_hits=False``), log expected count
     subtracted. ``remove_accidental_hits=True`` gives sampled logistic;
-    ``subtract_log_q=False`` gives negative sampling. ``forward`` as in
-    :class:`SampledSoftmaxLoss`. Chapter 3.
+    ``subtract_log_q=False`` gives negative sampling. Chapter 3.
     """
 
-    def __init__(
-        self,
-        sampler: CandidateSampler,
-        num_samples: int,
-        unique: bool = True,
-        temperature: float = 1.0,
-        remove_accidental_hits: bool = False,
-        subtract_log_q: bool = True,
-        reduction: str = "mean",
-        sparse: bool = False,
-    ) -> None:
-        super().__init__(
-            sampler,
-            num_samples,
-            unique,
-            temperature,
-            remove_accidental_hits,
-            subtract_log_q,
-            reduction,
-            sparse,
-        )
-
-    def forward(
-        self,
-        query: torch.Tensor,
-        class_weights: torch.Tensor,
-        class_bias: torch.Tensor | None,
-        positive_ids: torch.Tensor,
-        generator: torch.Generator | None = None,
-    ) -> torch.Tensor:
-        draw = self._draw(generator)
-        return nce_loss(
-            query,
-            class_weights,
-            class_bias,
-            positive_ids,
-            draw,
-            self.temperature,
-            self.remove_accidental_hits,
-            self.subtract_log_q,
-            self.reduction,
-            self.sparse,
-        )
+    _loss_fn = staticmethod(nce_loss)
+    _removes_hits_by_default = False
