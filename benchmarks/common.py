@@ -248,7 +248,7 @@ def fmt_seconds(s: float | None) -> str:
 def fmt_bytes(b: float | None) -> str:
     if b is None:
         return "–"
-    for unit, size in (("GB", 2**30), ("MB", 2**20), ("kB", 2**10)):
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(b) >= size:
             return f"{b / size:.1f} {unit}" if abs(b) < 100 * size else f"{b / size:.0f} {unit}"
     return f"{b:.0f} B"
