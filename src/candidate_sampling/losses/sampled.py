@@ -294,6 +294,35 @@ def sampled_scores(
     return pos, neg
 
 
+def _sampled_loss_inputs(
+    query: torch.Tensor,
+    class_weights: torch.Tensor,
+    class_bias: torch.Tensor | None,
+    positive_ids: torch.Tensor,
+    draw: DrawLike,
+    remove_accidental_hits: bool,
+    subtract_log_q: bool,
+    sparse: bool,
+) -> tuple[torch.Tensor, ...]:
+    """The shared front of the embedding-level losses (TF's ``_compute_sampled_logits``).
+
+    Returns ``(positive_scores, negative_scores, positive_log_q, negative_log_q, mask)`` in
+    the order the ``*_from_scores`` functions take them; corrections are ``None`` when
+    ``subtract_log_q`` is off, the mask is ``None`` when hits are kept.
+    """
+    check_tensor("positive_ids", positive_ids, ("B",), floating=False)
+    sampled_ids, sampled_log_q, positive_log_q = _unpack_draw(draw, positive_ids)
+    pos, neg = sampled_scores(query, class_weights, class_bias, positive_ids, sampled_ids, sparse)
+    mask = (
+        accidental_hits(positive_ids, sampled_ids.to(positive_ids.device))
+        if remove_accidental_hits
+        else None
+    )
+    if not subtract_log_q:
+        positive_log_q = sampled_log_q = None
+    return pos, neg, positive_log_q, sampled_log_q, mask
+
+
 def sampled_softmax_loss(
     query: torch.Tensor,
     class_weights: torch.Tensor,
@@ -321,23 +350,17 @@ def sampled_softmax_loss(
     cannot draw (log Q = −inf, e.g. an excluded id) raises ``ValueError``.
     Only ``num_true = 1`` is supported (one positive per row).
     """
-    check_tensor("positive_ids", positive_ids, ("B",), floating=False)
-    sampled_ids, sampled_log_q, positive_log_q = _unpack_draw(draw, positive_ids)
-    pos, neg = sampled_scores(query, class_weights, class_bias, positive_ids, sampled_ids, sparse)
-    mask = (
-        accidental_hits(positive_ids, sampled_ids.to(positive_ids.device))
-        if remove_accidental_hits
-        else None
+    inputs = _sampled_loss_inputs(
+        query,
+        class_weights,
+        class_bias,
+        positive_ids,
+        draw,
+        remove_accidental_hits,
+        subtract_log_q,
+        sparse,
     )
-    return sampled_softmax_from_scores(
-        pos,
-        neg,
-        positive_log_q if subtract_log_q else None,
-        sampled_log_q if subtract_log_q else None,
-        mask,
-        temperature,
-        reduction,
-    )
+    return sampled_softmax_from_scores(*inputs, temperature, reduction)
 
 
 # --------------------------------------------------------------------------- NCE family
@@ -405,23 +428,17 @@ def nce_loss(
     normalised). Arguments and shapes as in :func:`sampled_softmax_loss`; reduction: mean
     over rows of the per-row sum of the ``1 + k`` logistic terms.
     """
-    check_tensor("positive_ids", positive_ids, ("B",), floating=False)
-    sampled_ids, sampled_log_q, positive_log_q = _unpack_draw(draw, positive_ids)
-    pos, neg = sampled_scores(query, class_weights, class_bias, positive_ids, sampled_ids, sparse)
-    mask = (
-        accidental_hits(positive_ids, sampled_ids.to(positive_ids.device))
-        if remove_accidental_hits
-        else None
+    inputs = _sampled_loss_inputs(
+        query,
+        class_weights,
+        class_bias,
+        positive_ids,
+        draw,
+        remove_accidental_hits,
+        subtract_log_q,
+        sparse,
     )
-    return nce_from_scores(
-        pos,
-        neg,
-        positive_log_q if subtract_log_q else None,
-        sampled_log_q if subtract_log_q else None,
-        mask,
-        temperature,
-        reduction,
-    )
+    return nce_from_scores(*inputs, temperature, reduction)
 
 
 def negative_sampling_loss(
