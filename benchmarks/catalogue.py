@@ -10,10 +10,13 @@ embedding, d = 128) and the optimizer comes from
 Methods (B = 512 positives per batch, drawn from a log-uniform (Zipfian) popularity):
 
 * ``full``: logits ``u @ W.T`` over the whole catalogue, softmax cross-entropy;
-* ``sampled``: sampled softmax, k = 4,096 negatives from the log-uniform sampler (with
+* ``sampled``: :func:`~candidate_sampling.losses.sampled_softmax_loss` with the item
+  tower as the item encoder, k = 4,096 negatives from the log-uniform sampler (with
   replacement, shared by the batch), logQ-corrected, accidental hits removed;
-* ``in_batch``: in-batch softmax with logQ = log(B·p(y));
-* ``mixed``: in-batch plus B' = 4,096 uniform extra negatives, Q* = B·p + B'/|V|.
+* ``in_batch``: :class:`~candidate_sampling.losses.RetrievalLoss`, in-batch softmax with
+  logQ = log(B·p(y));
+* ``mixed``: :class:`~candidate_sampling.losses.RetrievalLoss` with B' = 4,096 uniform
+  extra negatives embedded by the item tower, Q* = B·p + B'/|V|.
 
 Memory on the CPU is the process's resident set: after setup and two warm-up steps
 (which create the optimizer's lazily allocated state) the peak RSS is reset to the
@@ -54,13 +57,7 @@ from benchmarks.common import (
     write_json,
 )
 from candidate_sampling.device import get_device, seed_everything, synchronize
-from candidate_sampling.losses import (
-    in_batch_softmax_loss,
-    mixed_log_q,
-    mixed_negatives_loss,
-    sampled_softmax_loss,
-    softmax_cross_entropy,
-)
+from candidate_sampling.losses import RetrievalLoss, sampled_softmax_loss, softmax_cross_entropy
 from candidate_sampling.models import ItemTower, TwoTowerModel, UserTower
 from candidate_sampling.samplers import LogUniformSampler, UniformSampler
 from candidate_sampling.train import make_optimizer
@@ -76,8 +73,8 @@ def default_config(**overrides: Any) -> dict[str, Any]:
         "num_items": 10_000,
         "batch_size": 512,
         "dim": 128,
-        "num_sampled": 4096,
-        "num_extra": 4096,
+        "num_samples": 4096,
+        "num_mixed_samples": 4096,
         "sparse": True,
         "optimizer": "adagrad",
         "repeats": 5,
@@ -126,87 +123,117 @@ def _optimizer_state_bytes(opt: Any, param: torch.Tensor) -> int:
     return total
 
 
-def run_group(cfg: dict[str, Any], methods: list[str]) -> list[dict[str, Any]]:
-    """One setup (model, optimizer, samplers) shared by ``methods``; one result per method.
+class TrainingStep:
+    """One configuration's model, optimizer, samplers and batches; one call = one step.
 
-    ``cfg`` gives |V|, B, d, k, B', the gradient type and the optimizer. Every method is
-    timed first (median of at least ``repeats`` steps, more until ``min_seconds``), then
-    each one's memory is measured in a separate step (see the module docstring).
+    ``cfg`` gives |V|, B, d, k, B', the gradient type and the optimizer; ``methods`` the
+    losses it will be asked for (the mixed loss needs the uniform sampler). A step is:
+    the next prepared batch, ``zero_grad``, forward (user tower, the method's scores and
+    loss), backward, optimizer step. The losses are the package's:
+    :func:`~candidate_sampling.losses.softmax_cross_entropy` over ``u @ W.T`` (full),
+    :func:`~candidate_sampling.losses.sampled_softmax_loss` with the item tower as the
+    item encoder (sampled) and :class:`~candidate_sampling.losses.RetrievalLoss` (in-batch,
+    and mixed with the tower embedding the extras).
     """
-    for method in methods:
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    device = get_device()
-    seed_everything(cfg["seed"])
-    v, d, b, sparse = cfg["num_items"], cfg["dim"], cfg["batch_size"], cfg["sparse"]
-    t0 = time.perf_counter()
-    model = TwoTowerModel(
-        UserTower(num_users=NUM_USERS, dim=d, sparse=sparse), ItemTower(v, d, sparse=sparse)
-    ).to(device)
-    optimizer = make_optimizer(
-        model, cfg["optimizer"], lr=0.05 if cfg["optimizer"] == "adagrad" else 1e-3
-    )
-    table = model.item_tower.embedding.weight
-    generator = torch.Generator(device=device).manual_seed(cfg["seed"])
-    popularity = LogUniformSampler(v, device=device)  # positives and sampled negatives
-    uniform = UniformSampler(v, device=device)  # mixed negatives' extras
-    pos_probs = popularity.probs if "mixed" in methods else None  # (|V|,) frequency table
-    uniform_probs = torch.full((1,), 1.0 / v, device=device)
-    # a few batches prepared up front: data loading is not part of the step
-    batches = []
-    for _ in range(4):
-        users = torch.randint(0, NUM_USERS, (b,), device=device, generator=generator)
-        draw = popularity.sample(b, generator=generator)
-        batches.append((users, draw.ids, draw.log_expected_count))  # log(B·p(y))
-    setup_s = time.perf_counter() - t0
 
-    def forward(method, users, pos, pos_log_q):
+    def __init__(self, cfg: dict[str, Any], methods: list[str]) -> None:
+        for method in methods:
+            if method not in METHODS:
+                raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        self.cfg = cfg
+        self.device = device = get_device()
+        seed_everything(cfg["seed"])
+        v, d, b, sparse = cfg["num_items"], cfg["dim"], cfg["batch_size"], cfg["sparse"]
+        t0 = time.perf_counter()
+        self.model = TwoTowerModel(
+            UserTower(num_users=NUM_USERS, dim=d, sparse=sparse),
+            ItemTower(v, d, sparse=sparse),
+        ).to(device)
+        self.optimizer = make_optimizer(
+            self.model, cfg["optimizer"], lr=0.05 if cfg["optimizer"] == "adagrad" else 1e-3
+        )
+        self.table = self.model.item_tower.embedding.weight
+        self.generator = torch.Generator(device=device).manual_seed(cfg["seed"])
+        # positives and the sampled softmax's negatives: log-uniform (Zipfian) popularity
+        self.popularity = LogUniformSampler(v, device=device)
+        # in-batch: log Q = log(B·p(y)); mixed: log(B·p(y) + B'/|V|) (expected counts)
+        self.in_batch = RetrievalLoss(item_probabilities=self.popularity.probs)
+        self.mixed = (
+            RetrievalLoss(
+                item_probabilities=self.popularity.probs,
+                sampler=UniformSampler(v, device=device),
+                num_samples=cfg["num_mixed_samples"],
+            )
+            if "mixed" in methods
+            else None
+        )
+        # a few batches prepared up front: data loading is not part of the step
+        self.batches = []
+        for _ in range(4):
+            users = torch.randint(0, NUM_USERS, (b,), device=device, generator=self.generator)
+            positives = self.popularity.sample(b, generator=self.generator).ids
+            self.batches.append((users, positives))
+        self.setup_s = time.perf_counter() - t0
+        self.counter = 0
+
+    def forward(self, method: str, users: torch.Tensor, positive_ids: torch.Tensor) -> torch.Tensor:
+        """The loss of ``method`` on one batch (the forward half of a step)."""
+        model, gen = self.model, self.generator
         if method == "full":
             u = model.user_tower(users)
-            return softmax_cross_entropy(u @ table.T, pos)
+            return softmax_cross_entropy(u @ self.table.T, positive_ids)
         if method == "sampled":
             u = model.user_tower(users)
-            neg = popularity.sample(cfg["num_sampled"], generator=generator)
-            return sampled_softmax_loss(u, table, None, pos, neg, sparse=sparse)
+            draw = self.popularity.sample(
+                self.cfg["num_samples"], generator=gen, positive_ids=positive_ids
+            )
+            return sampled_softmax_loss(u, model.item_tower, positive_ids, draw)
+        u, items = model(positive_ids, user_ids=users)
         if method == "in_batch":
-            u, items = model(users, pos)
-            return in_batch_softmax_loss(u, items, pos, pos_log_q)
-        u, items = model(users, pos)  # mixed
-        extra = uniform.sample(cfg["num_extra"], generator=generator).ids
-        extra_items = model.item_tower(extra)
-        ids = torch.cat([pos, extra])
-        log_q = mixed_log_q(
-            pos_probs[ids],
-            uniform_probs.expand(ids.shape[0]),
-            b,
-            cfg["num_extra"],
-            "expected_count",
-        )
-        return mixed_negatives_loss(u, items, pos, log_q[:b], extra_items, extra, log_q[b:])
+            return self.in_batch(u, items, positive_ids)
+        return self.mixed(u, items, positive_ids, item_encoder=model.item_tower, generator=gen)
 
-    counter = {"i": 0}
+    def __call__(self, method: str, phases: dict[str, list[float]] | None = None) -> torch.Tensor:
+        """One training step of ``method``; returns the (detached) loss.
 
-    def step(method, phases=None) -> float:
-        users, pos, pos_log_q = batches[counter["i"] % len(batches)]
-        counter["i"] += 1
-        synchronize(device)
+        With ``phases`` the device is synchronised after the forward pass, the backward
+        pass and the optimizer step, and their seconds are appended to ``phases``;
+        without, nothing waits for the device (as in a training loop).
+        """
+        users, positive_ids = self.batches[self.counter % len(self.batches)]
+        self.counter += 1
+        if phases is not None:
+            synchronize(self.device)
         t_start = time.perf_counter()
-        optimizer.zero_grad()
-        loss = forward(method, users, pos, pos_log_q)
-        synchronize(device)
+        self.optimizer.zero_grad()
+        loss = self.forward(method, users, positive_ids)
+        if phases is not None:
+            synchronize(self.device)
         t_fwd = time.perf_counter()
         loss.backward()
-        synchronize(device)
-        t_bwd = time.perf_counter()
-        optimizer.step()
-        synchronize(device)
-        t_end = time.perf_counter()
         if phases is not None:
+            synchronize(self.device)
+        t_bwd = time.perf_counter()
+        self.optimizer.step()
+        if phases is not None:
+            synchronize(self.device)
+            t_end = time.perf_counter()
             phases["forward"].append(t_fwd - t_start)
             phases["backward"].append(t_bwd - t_fwd)
             phases["optimizer"].append(t_end - t_bwd)
             phases["step"].append(t_end - t_start)
-        return float(loss.detach())
+        return loss.detach()
+
+
+def run_group(cfg: dict[str, Any], methods: list[str]) -> list[dict[str, Any]]:
+    """One setup (:class:`TrainingStep`) shared by ``methods``; one result per method.
+
+    Every method is timed first (median of at least ``repeats`` steps, more until
+    ``min_seconds``), then each one's memory is measured in a separate step (see the
+    module docstring).
+    """
+    step = TrainingStep(cfg, methods)
+    device, optimizer, table, setup_s = step.device, step.optimizer, step.table, step.setup_s
 
     results = []
     for method in methods:  # timing, with the allocator in its normal configuration
@@ -217,13 +244,13 @@ def run_group(cfg: dict[str, Any], methods: list[str]) -> list[dict[str, Any]]:
             "step": [],
         }
         for _ in range(1 if method == "full" else 2):  # warm-up: lazy optimizer state, kernels
-            first_loss = step(method)
+            first_loss = float(step(method))
         while len(phases["step"]) < cfg["repeats"] or (
             sum(phases["step"]) < cfg["min_seconds"]
             and len(phases["step"]) < 200
             and not (method == "full" and len(phases["step"]) >= 3)
         ):
-            last_loss = step(method, phases)
+            last_loss = float(step(method, phases))
         result = dict(cfg, method=method)
         result.update(
             {
@@ -251,6 +278,7 @@ def run_group(cfg: dict[str, Any], methods: list[str]) -> list[dict[str, Any]]:
             torch.cuda.reset_peak_memory_stats(device)
             base = torch.cuda.memory_allocated(device)
             step(method)
+            torch.cuda.synchronize(device)
             peak_bytes = torch.cuda.max_memory_allocated(device) - base
             kind = "CUDA: max_memory_allocated during a step − allocated before it"
         else:

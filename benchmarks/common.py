@@ -1,4 +1,8 @@
-"""Shared helpers of the benchmark suite: timing, memory, machine description, output files."""
+"""Shared helpers of the benchmark suite: timing summaries, memory, machine, output files.
+
+Timing itself is the package's :func:`candidate_sampling.time_calls` (device synchronised
+around every call); :func:`summarize` reduces its list of seconds.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from candidate_sampling.device import get_device, synchronize
+from candidate_sampling.device import get_device
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,32 +85,6 @@ def machine_info(device: torch.device | None = None) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- timing
-
-
-def time_calls(
-    fn: Callable[[], Any],
-    device: torch.device,
-    *,
-    repeats: int,
-    min_seconds: float = 0.0,
-    max_repeats: int = 1000,
-    warmup: int = 1,
-) -> list[float]:
-    """Seconds of each call of ``fn`` (device synchronised before and after every call).
-
-    ``warmup`` untimed calls first; then at least ``repeats`` timed calls, more (up to
-    ``max_repeats``) until ``min_seconds`` of timed work have accumulated.
-    """
-    for _ in range(warmup):
-        fn()
-    synchronize(device)
-    times: list[float] = []
-    while len(times) < repeats or (sum(times) < min_seconds and len(times) < max_repeats):
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return times
 
 
 def summarize(times: Sequence[float]) -> dict[str, float]:
@@ -263,8 +240,13 @@ def fmt_rate(r: float | None) -> str:
     return f"{r:.0f}"
 
 
+def _ratio_digits(r: float) -> str:
+    """One decimal from 10 up, two below (a ratio near 1 needs the second)."""
+    return f"{r:.1f}" if abs(r) >= 10 else f"{r:.2f}"
+
+
 def fmt_ratio(r: float | None) -> str:
-    return "–" if r is None else f"{r:.1f}×"
+    return "–" if r is None else f"{_ratio_digits(r)}×"
 
 
 def size_label(n: int) -> str:
@@ -290,6 +272,6 @@ def _json_default(obj: Any) -> Any:
 
 def print_ratio(name: str, value: float | None) -> str:
     """Print a headline ratio on its own line, ``ratio NAME: 12.3x``; returns the line."""
-    line = f"ratio {name}: {'n/a' if value is None else f'{value:.1f}x'}"
+    line = f"ratio {name}: {'n/a' if value is None else _ratio_digits(value) + 'x'}"
     print(line, flush=True)
     return line

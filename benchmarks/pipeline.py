@@ -1,25 +1,30 @@
 """Benchmark 4: the source post's mixed-negatives pipeline against the package's, on MovieLens.
 
 Both pipelines train a two-tower model with mixed negatives (B = 256 in-batch positives
-plus B' = 256 uniform random negatives shared by the batch, logQ of the inclusion
-probability ``1 − (1 − q)^B (1 − r)^{B'}``, cosine scores at temperature 0.05, Adam with
-lr 0.01) on the *same batches*: MovieLens-100K clicks (rating ≥ 3), one example per user
-with more than 32 clicks (649 users, 2 full batches per epoch), a label position drawn per
-user and epoch, the 30 items before it as the history. The users' order and the label
-positions are drawn once and shared.
+plus B' = 256 uniform random negatives shared by the batch, a logQ correction on every
+column, cosine scores at temperature 0.05, Adam with lr 0.01) on the *same batches*:
+MovieLens-100K clicks (rating ≥ 3), one example per user with more than 32 clicks (649
+users, 2 full batches per epoch), a label position drawn per user and epoch, the 30 items
+before it as the history. The users' order and the label positions are drawn once and
+shared.
 
 * **post** (:mod:`benchmarks.source_post`): Python lists through a ``Dataset`` /
-  ``DataLoader`` / ``collate_fn``, per-item md5 hashing inside the model, logQ item by item.
-* **package**: the batches are index arithmetic on one padded (users × clicks) tensor;
-  logQ comes from :func:`~candidate_sampling.frequency.item_counts` and
-  :func:`~candidate_sampling.losses.mixed_log_q`; the model is the package's
-  :class:`~candidate_sampling.models.TwoTowerModel` — an item tower with the hashing trick
-  (3 hashes × 1,000 buckets, integer tensor arithmetic) and a user tower averaging the
-  history with an ``EmbeddingBag`` — and
-  :func:`~candidate_sampling.losses.mixed_negatives_loss`. Its headline row uses dense
-  embeddings and Adam, the post's optimizer, so that the ratio isolates the pipeline; a
-  second row uses sparse embeddings with SparseAdam (for 1,682 items a dense gradient is
-  cheap; sparse gradients pay off for large catalogues, see the catalogue benchmark).
+  ``DataLoader`` / ``collate_fn``, per-item md5 hashing inside the model, logQ item by
+  item from the inclusion probability ``1 − (1 − q)^B (1 − r)^{B'}``.
+* **package**: the history windows of every click are built once with
+  :func:`~candidate_sampling.data.history_windows` and a batch is index arithmetic into
+  them; the model is the package's :class:`~candidate_sampling.models.TwoTowerModel` —
+  an item tower with the hashing trick (3 hashes × 1,000 buckets, integer tensor
+  arithmetic) and a user tower averaging the history with an ``EmbeddingBag`` — and the
+  loss is :class:`~candidate_sampling.losses.RetrievalLoss`, which draws the extras,
+  embeds them with the item tower and corrects every column by the package's expected
+  count ``log(B·q(y) + B'·r(y))``, ``q`` from
+  :func:`~candidate_sampling.frequency.item_counts` of the labels. (The expected count
+  and the post's inclusion probability differ only for popular items and cost the same: a
+  gather and a log per batch.) Its headline row uses dense embeddings and Adam, the post's
+  optimizer, so that the ratio isolates the pipeline; a second row uses sparse embeddings
+  with SparseAdam (for 1,682 items a dense gradient is cheap; sparse gradients pay off for
+  large catalogues, see the catalogue benchmark).
 
 The measure is training examples per second over whole epochs, end to end: batch
 assembly, logQ, forward, backward, optimizer step. The models differ slightly (the post's
@@ -39,10 +44,10 @@ import torch.nn.functional as F
 
 from benchmarks import source_post
 from benchmarks.common import fmt_rate, fmt_ratio, fmt_seconds, markdown_table, write_json
-from candidate_sampling.data import load_movielens_100k
+from candidate_sampling.data import history_windows, load_movielens_100k
 from candidate_sampling.device import get_device, seed_everything, synchronize
 from candidate_sampling.frequency import item_counts, item_probabilities
-from candidate_sampling.losses import mixed_log_q, mixed_negatives_loss
+from candidate_sampling.losses import RetrievalLoss
 from candidate_sampling.models import ItemTower, TwoTowerModel, UserTower
 from candidate_sampling.samplers import UniformSampler
 from candidate_sampling.train import make_optimizer
@@ -126,31 +131,47 @@ def run_post(seqs, plan, device) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the package
 
 
-def padded(seqs: list[list[int]], device) -> torch.Tensor:
-    width = max(len(s) for s in seqs)
-    out = torch.full((len(seqs), width), -1, dtype=torch.long)
-    for i, s in enumerate(seqs):  # data preparation, once, not timed
-        out[i, : len(s)] = torch.tensor(s)
-    return out.to(device)
+def click_events(seqs: list[list[int]], device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The click log as flat tensors: ``(item_index, history, first)``.
+
+    ``item_index`` (n,): every click, users in order, each user's clicks in time order;
+    ``history`` (n, L): :func:`~candidate_sampling.data.history_windows` — the ``L = 30``
+    clicks before each one, left-padded with -1 (the post's ``max(0, label − 30)`` slice);
+    ``first`` (users,): the flat index of each user's first click, so that user ``u``'s
+    click at position ``p`` is event ``first[u] + p``. Data preparation, done once, not
+    timed.
+    """
+    lengths = torch.tensor([len(s) for s in seqs])
+    item_index = torch.tensor([x for s in seqs for x in s], dtype=torch.long)
+    user_index = torch.repeat_interleave(torch.arange(len(seqs)), lengths)
+    first = torch.cumsum(lengths, 0) - lengths
+    position = torch.arange(len(item_index)) - first[user_index]
+    history = history_windows(user_index, item_index, position, HISTORY)
+    return item_index.to(device), history.to(device), first.to(device)
 
 
 def run_package(
     seqs, num_items, plan, device, repeats: int, sparse: bool = False
 ) -> dict[str, Any]:
     """The package's pipeline; ``sparse`` picks sparse embeddings + SparseAdam or dense + Adam."""
-    table = padded(seqs, device)
-    offsets = torch.arange(-HISTORY, 0, device=device)  # (L,)
+    item_index, history_table, first = click_events(seqs, device)
     plan_t = [
         (torch.as_tensor(o, device=device), torch.as_tensor(lab, device=device)) for o, lab in plan
     ]
-    # logQ from the labels of one pass (as the post counts them), inclusion form
+    # q(y) from the labels of one pass (as the post counts them)
     first_order, first_labels = plan_t[0]
     used = first_order[: len(first_order) - len(first_order) % BATCH]
-    labels0 = table[used, first_labels[used]]
+    labels0 = item_index[first[used] + first_labels[used]]
     q = item_probabilities(item_counts(labels0, num_items)).to(device)
-    r = torch.full((num_items,), 1.0 / num_items, device=device)
-    log_q_table = mixed_log_q(q.clamp_min(1e-12), r, BATCH, EXTRA, form="inclusion")
-    sampler = UniformSampler(num_items, device=device)
+    # the mixed loss: B positives + B' uniform extras, log Q* = log(B·q(y) + B'/|V|) on
+    # every column (the package's expected count; the post uses the inclusion probability
+    # 1 − (1 − q)^B (1 − r)^B' — the same work per batch, a gather and a log)
+    loss_fn = RetrievalLoss(
+        temperature=TEMPERATURE,
+        item_probabilities=q,
+        sampler=UniformSampler(num_items, device=device),
+        num_samples=EXTRA,
+    )
 
     def build(seed: int):
         seed_everything(seed)
@@ -164,32 +185,29 @@ def run_package(
 
     def train_all(model, optimizer, seed: int) -> tuple[int, float]:
         gen = torch.Generator(device=device).manual_seed(seed)
+
+        def unit_items(ids: torch.Tensor) -> torch.Tensor:  # cosine scores: unit vectors
+            return F.normalize(model.item_tower(ids), dim=1)
+
         examples, loss = 0, torch.zeros(())
         for order, label_pos in plan_t:
             for start in range(0, len(order) - BATCH + 1, BATCH):
                 users = order[start : start + BATCH]
-                pos = label_pos[users]
-                labels = table[users, pos]
-                window = pos[:, None] + offsets  # (B, L) positions before the label
-                history = table[users[:, None], window.clamp_min(0)].masked_fill(window < 0, -1)
-                extra = sampler.sample(EXTRA, generator=gen).ids
+                events = first[users] + label_pos[users]
+                labels = item_index[events]
                 optimizer.zero_grad()
-                u, v = model(None, labels, history)
-                extra_v = model.item_tower(extra)
-                loss = mixed_negatives_loss(
+                u, v = model(labels, history=history_table[events])
+                loss = loss_fn(
                     F.normalize(u, dim=1),
                     F.normalize(v, dim=1),
                     labels,
-                    log_q_table[labels],
-                    F.normalize(extra_v, dim=1),
-                    extra,
-                    log_q_table[extra],
-                    temperature=TEMPERATURE,
+                    item_encoder=unit_items,
+                    generator=gen,
                 )
                 loss.backward()
                 optimizer.step()
                 examples += BATCH
-        return examples, float(loss)
+        return examples, float(loss.detach())
 
     train_all(*build(0), 0)  # warm-up (lazy imports, allocator)
     times = []

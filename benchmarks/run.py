@@ -8,6 +8,8 @@ Benchmarks (the book's "Benchmarks" appendix explains each one):
                numpy.random.choice on the same distribution;
 ``pipeline``   the source post's Python pipeline against the package's vectorised one on
                MovieLens-100K (examples per second);
+``validation`` one training step (sampled softmax; mixed negatives) with the package's
+               value checks on vs off (``candidate_sampling.validate_args``);
 ``book``       execution time of every chapter (skipped by ``--quick`` unless named in
                ``--only``).
 
@@ -32,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-BENCHMARKS = ("catalogue", "samplers", "pipeline", "book")
+BENCHMARKS = ("catalogue", "samplers", "pipeline", "validation", "book")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     warnings.filterwarnings("ignore", category=UserWarning)
 
-    from benchmarks import book, catalogue, pipeline, samplers
+    from benchmarks import book, catalogue, pipeline, samplers, validation
     from benchmarks.common import (
         fmt_ratio,
         load_average,
@@ -104,7 +106,13 @@ def main(argv: list[str] | None = None) -> dict:
     )
     if machine["device"] == "cpu":
         print("no GPU here: CPU figures only", flush=True)
-    modules = {"catalogue": catalogue, "samplers": samplers, "pipeline": pipeline, "book": book}
+    modules = {
+        "catalogue": catalogue,
+        "samplers": samplers,
+        "pipeline": pipeline,
+        "validation": validation,
+        "book": book,
+    }
     # a run of a subset (--only) keeps the other benchmarks' entries of an earlier run
     previous = {}
     if (out / "summary.json").exists():

@@ -38,9 +38,9 @@ from benchmarks.common import (
     markdown_table,
     size_label,
     summarize,
-    time_calls,
     write_json,
 )
+from candidate_sampling import time_calls
 from candidate_sampling.device import get_device, synchronize
 from candidate_sampling.samplers import LogUniformSampler, UnigramSampler
 
@@ -100,7 +100,7 @@ def run_grid(
                     ),
                 }
                 for name, fn in calls.items():
-                    times = time_calls(fn, device, repeats=repeats, min_seconds=min_seconds)
+                    times = time_calls(fn, device=device, repeats=repeats, min_seconds=min_seconds)
                     stats = summarize(times)
                     rows.append(
                         {

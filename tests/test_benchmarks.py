@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import catalogue, run, samplers
-from benchmarks.common import markdown_table, peak_tensor_bytes, size_label
+from benchmarks import catalogue, pipeline, run, samplers, validation
+from benchmarks.common import markdown_table, peak_tensor_bytes, print_ratio, size_label
 
 # torch's sparse Adagrad path warns that sparse invariant checks are off; not our concern here
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
@@ -28,8 +29,8 @@ def test_catalogue_steps_report_time_and_memory():
         num_items=300,
         batch_size=16,
         dim=8,
-        num_sampled=32,
-        num_extra=32,
+        num_samples=32,
+        num_mixed_samples=32,
         repeats=2,
         min_seconds=0.0,
     )
@@ -94,8 +95,6 @@ def test_sampler_grid_structure():
 
 
 def test_peak_tensor_bytes_counts_live_allocations():
-    import torch
-
     def work():
         a = torch.ones(1000, 1000)  # 4 MB
         b = a * 2  # 4 MB more while a is alive
@@ -134,7 +133,13 @@ def test_catalogue_run_writes_json_markdown_and_plot(tmp_path, monkeypatch):
         "run_in_subprocess",
         lambda cfg, methods: catalogue.run_group(
             dict(
-                cfg, batch_size=8, dim=4, num_sampled=16, num_extra=16, repeats=1, min_seconds=0.0
+                cfg,
+                batch_size=8,
+                dim=4,
+                num_samples=16,
+                num_mixed_samples=16,
+                repeats=1,
+                min_seconds=0.0,
             ),
             methods,
         ),
@@ -146,3 +151,89 @@ def test_catalogue_run_writes_json_markdown_and_plot(tmp_path, monkeypatch):
     assert (tmp_path / "catalogue.md").read_text().startswith("| method")
     assert (tmp_path / "catalogue.png").stat().st_size > 0
     assert result["plots"] == ["catalogue.png"]
+
+
+def _tiny_config(**overrides):
+    cfg = {
+        "num_items": 300,
+        "batch_size": 16,
+        "dim": 8,
+        "num_samples": 32,
+        "num_mixed_samples": 32,
+        "repeats": 1,
+        "min_seconds": 0.0,
+    }
+    cfg.update(overrides)
+    return catalogue.default_config(**cfg)
+
+
+def test_training_step_runs_every_method_with_checks_on_and_off():
+    import candidate_sampling
+
+    step = catalogue.TrainingStep(_tiny_config(), list(catalogue.METHODS))
+    for method in catalogue.METHODS:
+        for checks in (True, False):
+            with candidate_sampling.validate_args(checks):
+                loss = step(method)
+            assert loss.dim() == 0 and math.isfinite(float(loss))
+    assert candidate_sampling.get_validate_args()  # restored
+
+
+def test_validation_ratio_is_produced_and_finite():
+    rows = validation.measure(
+        _tiny_config(), list(validation.METHODS), rounds=2, repeats=1, min_seconds=0.0
+    )
+    assert {(r["method"], r["validate_args"]) for r in rows} == {
+        (m, flag) for m in validation.METHODS for flag in (True, False)
+    }
+    for r in rows:
+        assert r["step"]["n"] >= 2 and r["step"]["median_s"] > 0
+        assert math.isfinite(r["loss_last"])
+    ratios = validation.ratios_of(rows)
+    assert set(ratios) == {"validation_on_vs_off_step_time", "validation_on_vs_off_step_time@mixed"}
+    assert all(math.isfinite(v) and v > 0 for v in ratios.values())
+
+
+def test_run_prints_the_validation_ratio(tmp_path, monkeypatch, capsys):
+    """``run.py --quick --only validation`` writes its files and prints both ratios."""
+    monkeypatch.setattr(
+        validation, "default_config", lambda num_items: _tiny_config(num_items=num_items)
+    )
+    summary = run.main(["--quick", "--only", "validation", "--out", str(tmp_path)])
+    assert summary["failures"] == []
+    printed = capsys.readouterr().out
+    for key in validation.METHODS.values():
+        assert f"ratio {key}: " in printed
+        assert math.isfinite(summary["ratios"][key])
+    data = json.loads((tmp_path / "validation.json").read_text())
+    assert data["benchmark"] == "validation" and len(data["rows"]) == 4
+    assert "validation_on_vs_off_step_time" in (tmp_path / "validation.md").read_text()
+    assert print_ratio("x", 1.234) == "ratio x: 1.23x"
+    assert print_ratio("x", 123.4) == "ratio x: 123.4x"
+
+
+def test_pipeline_history_windows_match_the_posts_slice():
+    """``click_events``' windows are the post's ``clicks[max(0, p - 30) : p]``, padded."""
+    gen = torch.Generator().manual_seed(0)
+    seqs = [
+        torch.randint(0, 50, (int(n),), generator=gen).tolist()
+        for n in torch.randint(1, 70, (20,), generator=gen)
+    ]
+    items, history, first = pipeline.click_events(seqs, torch.device("cpu"))
+    for u, seq in enumerate(seqs):
+        for p in range(len(seq)):
+            event = int(first[u]) + p
+            assert int(items[event]) == seq[p]
+            window = seq[max(0, p - pipeline.HISTORY) : p]
+            pad = [-1] * (pipeline.HISTORY - len(window))
+            assert history[event].tolist() == pad + window
+
+
+def test_pipeline_package_trains_on_synthetic_clicks():
+    gen = torch.Generator().manual_seed(1)
+    num_users, num_items = pipeline.BATCH + 8, 60
+    seqs = [torch.randint(0, num_items, (40,), generator=gen).tolist() for _ in range(num_users)]
+    plan = pipeline.epoch_plan(seqs, 1, seed=0)
+    result = pipeline.run_package(seqs, num_items, plan, torch.device("cpu"), repeats=1)
+    assert result["examples"] == pipeline.BATCH
+    assert math.isfinite(result["last_loss"]) and result["examples_per_s"] > 0

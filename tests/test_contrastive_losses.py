@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -10,7 +11,6 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from candidate_sampling import losses
 from candidate_sampling.losses import (
     InfoNCELoss,
     NTBXentLoss,
@@ -18,6 +18,7 @@ from candidate_sampling.losses import (
     SoftNearestNeighborLoss,
     SupConLoss,
     alignment_loss,
+    in_batch_softmax_loss,
     info_nce_loss,
     nt_bxent_loss,
     nt_xent_loss,
@@ -135,13 +136,13 @@ def ref_snn(x, labels, temp, distance="squared_euclidean"):
 @pytest.mark.parametrize("tau", [0.1, 1.0])
 def test_info_nce_matches_loop(symmetric, tau):
     q, k = randn(6, 4, seed=1), randn(6, 4, seed=2)
-    got = info_nce_loss(q, k, tau, symmetric=symmetric)
+    got = info_nce_loss(q, k, temperature=tau, symmetric=symmetric)
     assert got.item() == pytest.approx(ref_info_nce(q, k, tau, symmetric), rel=1e-10)
 
 
 def test_info_nce_normalize_uses_cosine():
     q, k = randn(5, 3, seed=3), randn(5, 3, seed=4)
-    got = info_nce_loss(q * 7.0, k * 0.2, 0.5, normalize=True)
+    got = info_nce_loss(q * 7.0, k * 0.2, temperature=0.5, normalize=True)
     want = ref_info_nce(F.normalize(q, dim=1), F.normalize(k, dim=1), 0.5)
     assert got.item() == pytest.approx(want, rel=1e-10)
 
@@ -149,7 +150,9 @@ def test_info_nce_normalize_uses_cosine():
 @pytest.mark.parametrize("tau", [0.05, 0.5, 2.0])
 def test_nt_xent_matches_loop(tau):
     v1, v2 = randn(5, 3, seed=5), randn(5, 3, seed=6)
-    assert nt_xent_loss(v1, v2, tau).item() == pytest.approx(ref_nt_xent(v1, v2, tau), rel=1e-10)
+    assert nt_xent_loss(v1, v2, temperature=tau).item() == pytest.approx(
+        ref_nt_xent(v1, v2, tau), rel=1e-10
+    )
 
 
 @pytest.mark.parametrize("tau", [0.1, 1.0])
@@ -158,7 +161,7 @@ def test_nt_bxent_matches_loop(tau):
     pairs = torch.tensor(
         [[0, 2], [0, 4], [1, 4], [1, 6], [2, 3], [3, 7], [4, 3], [7, 6], [0, 2]]
     )  # a duplicate counts once; rows 5, 6 have no positive
-    got = nt_bxent_loss(x, pairs, tau)
+    got = nt_bxent_loss(x, pairs, temperature=tau)
     assert got.item() == pytest.approx(ref_nt_bxent(x, pairs.tolist(), tau), rel=1e-10)
 
 
@@ -167,7 +170,7 @@ def test_nt_bxent_matches_loop(tau):
 def test_supcon_matches_loop(variant, tau):
     x = randn(9, 4, seed=8)
     labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 2, 1])  # label 3 has no positive
-    got = supcon_loss(x, labels, tau, variant=variant)
+    got = supcon_loss(x, labels, temperature=tau, variant=variant)
     assert got.item() == pytest.approx(ref_supcon(x, labels.tolist(), tau, variant), rel=1e-10)
 
 
@@ -176,7 +179,7 @@ def test_supcon_matches_loop(variant, tau):
 def test_snn_matches_loop(distance, temp):
     x = randn(10, 3, seed=9)
     labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 2, 1, 1])  # label 3 is alone
-    got = soft_nearest_neighbor_loss(x, labels, temp, distance=distance)
+    got = soft_nearest_neighbor_loss(x, labels, temperature=temp, distance=distance)
     assert got.item() == pytest.approx(ref_snn(x, labels.tolist(), temp, distance), rel=1e-9)
 
 
@@ -207,10 +210,12 @@ def test_alignment_and_uniformity_match_definitions():
 
 def test_reductions_and_none_shapes():
     x, labels = randn(6, 3, seed=14), torch.tensor([0, 0, 1, 1, 2, 3])
-    none = supcon_loss(x, labels, 0.5, reduction="none")
+    none = supcon_loss(x, labels, temperature=0.5, reduction="none")
     assert none.shape == (6,) and none[4] == 0 and none[5] == 0
-    assert supcon_loss(x, labels, 0.5).item() == pytest.approx(none[:4].mean().item())
-    assert supcon_loss(x, labels, 0.5, reduction="sum").item() == pytest.approx(none.sum().item())
+    assert supcon_loss(x, labels, temperature=0.5).item() == pytest.approx(none[:4].mean().item())
+    assert supcon_loss(x, labels, temperature=0.5, reduction="sum").item() == pytest.approx(
+        none.sum().item()
+    )
     snn = soft_nearest_neighbor_loss(x, labels, reduction="none")
     assert snn.shape == (6,) and snn[4] == 0 and snn[5] == 0
     assert nt_xent_loss(x[:3], x[3:], reduction="none").shape == (6,)
@@ -228,7 +233,7 @@ def test_no_row_with_a_positive_gives_zero_with_a_gradient_path(fn):
 
 def test_nt_bxent_row_without_positive_has_only_negative_term():
     x = randn(4, 3, seed=16)
-    per = nt_bxent_loss(x, torch.tensor([[0, 1]]), 0.5, reduction="none")
+    per = nt_bxent_loss(x, torch.tensor([[0, 1]]), temperature=0.5, reduction="none")
     logits = pairwise_cosine_similarity(x) / 0.5
     assert per[2].item() == pytest.approx(F.softplus(logits[2, [0, 1, 3]]).mean().item())
 
@@ -240,7 +245,9 @@ def test_nt_bxent_row_without_positive_has_only_negative_term():
 @pytest.mark.parametrize("tau", [0.07, 1.0])
 def test_identical_embeddings_give_log_2n_minus_1(n, tau):
     v = torch.ones(n, 4, dtype=D64)
-    assert nt_xent_loss(v, v, tau).item() == pytest.approx(math.log(2 * n - 1), abs=1e-12)
+    assert nt_xent_loss(v, v, temperature=tau).item() == pytest.approx(
+        math.log(2 * n - 1), abs=1e-12
+    )
 
 
 @settings(max_examples=25, deadline=None)
@@ -253,8 +260,8 @@ def test_identical_embeddings_give_log_2n_minus_1(n, tau):
 def test_l_in_is_at_most_l_out(n, seed, tau, num_classes):
     x = randn(n, 3, seed=seed)
     labels = torch.randint(0, num_classes, (n,), generator=torch.Generator().manual_seed(seed))
-    l_in = supcon_loss(x, labels, tau, variant="in", reduction="none")
-    l_out = supcon_loss(x, labels, tau, variant="out", reduction="none")
+    l_in = supcon_loss(x, labels, temperature=tau, variant="in", reduction="none")
+    l_out = supcon_loss(x, labels, temperature=tau, variant="out", reduction="none")
     assert bool((l_in <= l_out + 1e-12).all())
 
 
@@ -262,11 +269,11 @@ def test_l_in_is_at_most_l_out(n, seed, tau, num_classes):
 @given(n=st.integers(1, 6), seed=st.integers(0, 10_000), tau=st.floats(0.05, 5.0))
 def test_nt_xent_equals_supcon_with_pair_labels_equals_ce_without_diagonal(n, seed, tau):
     v1, v2 = randn(n, 3, seed=seed), randn(n, 3, seed=seed + 1)
-    nt = nt_xent_loss(v1, v2, tau)
+    nt = nt_xent_loss(v1, v2, temperature=tau)
     z = torch.cat([v1, v2])
     labels = torch.arange(n).repeat(2)
     for variant in ("out", "in"):
-        assert supcon_loss(z, labels, tau, variant=variant).item() == pytest.approx(
+        assert supcon_loss(z, labels, temperature=tau, variant=variant).item() == pytest.approx(
             nt.item(), rel=1e-10, abs=1e-12
         )
     # cross-entropy over the similarity matrix with the diagonal deleted (not masked)
@@ -280,13 +287,9 @@ def test_nt_xent_equals_supcon_with_pair_labels_equals_ce_without_diagonal(n, se
 
 
 def _in_batch_reference(query, key, temperature):
-    """The chapter-5 in-batch softmax if available, else cross-entropy over (B, B) scores."""
-    fn = getattr(losses, "in_batch_softmax_loss", None)
-    if fn is not None:
-        # distinct item ids: no duplicate positive to remove, the plain in-batch softmax
-        return fn(query, key, item_ids=torch.arange(query.shape[0]), temperature=temperature)
-    scores = query @ key.T / temperature
-    return F.cross_entropy(scores, torch.arange(query.shape[0]))
+    """The chapter-5 in-batch softmax with distinct ids: no accidental hit to remove."""
+    candidate_ids = torch.arange(query.shape[0])
+    return in_batch_softmax_loss(query, key, candidate_ids=candidate_ids, temperature=temperature)
 
 
 @settings(max_examples=25, deadline=None)
@@ -294,7 +297,9 @@ def _in_batch_reference(query, key, temperature):
 def test_in_batch_softmax_is_one_directional_info_nce(b, seed, tau):
     q, k = randn(b, 4, seed=seed), randn(b, 4, seed=seed + 1)
     want = _in_batch_reference(q, k, tau)
-    assert info_nce_loss(q, k, tau).item() == pytest.approx(want.item(), rel=1e-10, abs=1e-12)
+    assert info_nce_loss(q, k, temperature=tau).item() == pytest.approx(
+        want.item(), rel=1e-10, abs=1e-12
+    )
 
 
 @settings(max_examples=20, deadline=None)
@@ -309,14 +314,14 @@ def test_invariances(n, seed, shift, scale):
     x = randn(n, 3, seed=seed)
     labels = torch.arange(n) % 2
     pairs = torch.tensor([[0, 1], [1, 0]])
-    assert nt_xent_loss(x * scale, x.flip(0), 0.3).item() == pytest.approx(
-        nt_xent_loss(x, x.flip(0), 0.3).item(), rel=1e-9
+    assert nt_xent_loss(x * scale, x.flip(0), temperature=0.3).item() == pytest.approx(
+        nt_xent_loss(x, x.flip(0), temperature=0.3).item(), rel=1e-9
     )
-    assert nt_bxent_loss(x * scale, pairs, 0.3).item() == pytest.approx(
-        nt_bxent_loss(x, pairs, 0.3).item(), rel=1e-9
+    assert nt_bxent_loss(x * scale, pairs, temperature=0.3).item() == pytest.approx(
+        nt_bxent_loss(x, pairs, temperature=0.3).item(), rel=1e-9
     )
-    assert soft_nearest_neighbor_loss(x + shift, labels, 0.7).item() == pytest.approx(
-        soft_nearest_neighbor_loss(x, labels, 0.7).item(), rel=1e-7, abs=1e-9
+    assert soft_nearest_neighbor_loss(x + shift, labels, temperature=0.7).item() == pytest.approx(
+        soft_nearest_neighbor_loss(x, labels, temperature=0.7).item(), rel=1e-7, abs=1e-9
     )
 
 
@@ -326,17 +331,20 @@ def test_snn_with_cosine_distance_is_supcon_l_in_minus_log_num_positives(n, seed
     x = randn(n, 3, seed=seed)
     labels = torch.randint(0, 3, (n,), generator=torch.Generator().manual_seed(seed))
     same = (labels[:, None] == labels[None, :]).sum(1) - 1
-    snn = soft_nearest_neighbor_loss(x, labels, temp, distance="cosine", reduction="none")
-    l_in = supcon_loss(x, labels, temp, variant="in", reduction="none")
+    snn = soft_nearest_neighbor_loss(
+        x, labels, temperature=temp, distance="cosine", reduction="none"
+    )
+    l_in = supcon_loss(x, labels, temperature=temp, variant="in", reduction="none")
     want = torch.where(same > 0, l_in - same.clamp(min=1).double().log(), 0.0)
     assert torch.allclose(snn, want, rtol=1e-9, atol=1e-9)
 
 
 def test_symmetric_info_nce_is_mean_of_both_directions():
     q, k = randn(5, 3, seed=17), randn(5, 3, seed=18)
-    both = info_nce_loss(q, k, 0.4, symmetric=True)
+    both = info_nce_loss(q, k, temperature=0.4, symmetric=True)
     assert both.item() == pytest.approx(
-        0.5 * (info_nce_loss(q, k, 0.4) + info_nce_loss(k, q, 0.4)).item(), rel=1e-12
+        0.5 * (info_nce_loss(q, k, temperature=0.4) + info_nce_loss(k, q, temperature=0.4)).item(),
+        rel=1e-12,
     )
 
 
@@ -348,21 +356,28 @@ def test_gradcheck_all_losses():
     y = randn(6, 3, seed=20).requires_grad_()
     labels = torch.tensor([0, 1, 0, 1, 2, 2])
     pairs = torch.tensor([[0, 2], [1, 3], [3, 1], [4, 5]])
-    assert torch.autograd.gradcheck(lambda a, b: info_nce_loss(a, b, 0.5, symmetric=True), (x, y))
-    assert torch.autograd.gradcheck(lambda a, b: info_nce_loss(a, b, 0.5, normalize=True), (x, y))
-    assert torch.autograd.gradcheck(lambda a, b: nt_xent_loss(a, b, 0.3), (x, y))
-    assert torch.autograd.gradcheck(lambda a: nt_bxent_loss(a, pairs, 0.3), (x,))
+    assert torch.autograd.gradcheck(
+        lambda a, b: info_nce_loss(a, b, temperature=0.5, symmetric=True), (x, y)
+    )
+    assert torch.autograd.gradcheck(
+        lambda a, b: info_nce_loss(a, b, temperature=0.5, normalize=True), (x, y)
+    )
+    assert torch.autograd.gradcheck(lambda a, b: nt_xent_loss(a, b, temperature=0.3), (x, y))
+    assert torch.autograd.gradcheck(lambda a: nt_bxent_loss(a, pairs, temperature=0.3), (x,))
     for variant in ("out", "in"):
         assert torch.autograd.gradcheck(
-            lambda a, v=variant: supcon_loss(a, labels, 0.3, variant=v), (x,)
+            lambda a, v=variant: supcon_loss(a, labels, temperature=0.3, variant=v), (x,)
         )
     for distance in ("squared_euclidean", "cosine"):
         assert torch.autograd.gradcheck(
-            lambda a, m=distance: soft_nearest_neighbor_loss(a, labels, 0.8, distance=m), (x,)
+            lambda a, m=distance: soft_nearest_neighbor_loss(
+                a, labels, temperature=0.8, distance=m
+            ),
+            (x,),
         )
     t = torch.tensor(0.8, dtype=D64, requires_grad=True)
     assert torch.autograd.gradcheck(
-        lambda a, temp: soft_nearest_neighbor_loss(a, labels, temp), (x, t)
+        lambda a, temp: soft_nearest_neighbor_loss(a, labels, temperature=temp), (x, t)
     )
     assert torch.autograd.gradcheck(lambda a, b: alignment_loss(a, b), (x, y))
     assert torch.autograd.gradcheck(lambda a: uniformity_loss(a), (x,))
@@ -372,7 +387,7 @@ def test_learnable_temperature_gets_a_gradient_and_moves():
     torch.manual_seed(0)
     x = torch.randn(16, 2)
     labels = torch.arange(16) % 4
-    module = SoftNearestNeighborLoss(1.0, learnable_temperature=True)
+    module = SoftNearestNeighborLoss(temperature=1.0, learnable_temperature=True)
     assert isinstance(module.log_temperature, torch.nn.Parameter)
     opt = torch.optim.SGD(module.parameters(), lr=0.1)
     before = module.temperature.item()
@@ -381,11 +396,11 @@ def test_learnable_temperature_gets_a_gradient_and_moves():
         module(x, labels).backward()
         opt.step()
     assert module.temperature.item() != before and module.temperature.item() > 0
-    fixed = SoftNearestNeighborLoss(2.0)
+    fixed = SoftNearestNeighborLoss(temperature=2.0)
     assert list(fixed.parameters()) == []
     assert fixed.temperature.item() == pytest.approx(2.0)
     assert fixed(x, labels).item() == pytest.approx(
-        soft_nearest_neighbor_loss(x, labels, 2.0).item(), rel=1e-6
+        soft_nearest_neighbor_loss(x, labels, temperature=2.0).item(), rel=1e-6
     )
 
 
@@ -393,10 +408,51 @@ def test_modules_match_functions():
     x, y = randn(6, 3, seed=21), randn(6, 3, seed=22)
     labels = torch.tensor([0, 1, 0, 1, 2, 2])
     pairs = torch.tensor([[0, 2], [1, 3]])
-    assert InfoNCELoss(0.5, symmetric=True)(x, y) == info_nce_loss(x, y, 0.5, symmetric=True)
-    assert NTXentLoss(0.3)(x, y) == nt_xent_loss(x, y, 0.3)
-    assert NTBXentLoss(0.3)(x, pairs) == nt_bxent_loss(x, pairs, 0.3)
-    assert SupConLoss(0.3, variant="in")(x, labels) == supcon_loss(x, labels, 0.3, variant="in")
+    assert InfoNCELoss(temperature=0.5, symmetric=True)(x, y) == info_nce_loss(
+        x, y, temperature=0.5, symmetric=True
+    )
+    assert NTXentLoss(temperature=0.3)(x, y) == nt_xent_loss(x, y, temperature=0.3)
+    assert NTBXentLoss(temperature=0.3)(x, pairs) == nt_bxent_loss(x, pairs, temperature=0.3)
+    assert SupConLoss(temperature=0.3, variant="in")(x, labels) == supcon_loss(
+        x, labels, temperature=0.3, variant="in"
+    )
+
+
+MODULES = [
+    (InfoNCELoss, {"symmetric": True}),
+    (NTXentLoss, {}),
+    (NTBXentLoss, {}),
+    (SupConLoss, {"variant": "in"}),
+    (SoftNearestNeighborLoss, {"distance": "cosine"}),
+]
+
+
+@pytest.mark.parametrize(("module", "options"), MODULES)
+def test_module_options_are_keyword_only(module, options):
+    with pytest.raises(TypeError):
+        module(0.5)
+    with pytest.raises(TypeError):
+        module(0.5, **options)
+    assert module(temperature=0.5, **options) is not None
+
+
+@pytest.mark.parametrize(("module", "options"), MODULES)
+@pytest.mark.parametrize("temperature", [-1.0, 0.0, float("inf"), float("nan")])
+def test_module_rejects_a_bad_temperature(module, options, temperature):
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        module(temperature=temperature, **options)
+
+
+def test_module_reprs_list_their_options():
+    assert repr(InfoNCELoss(temperature=0.2, symmetric=True)) == (
+        "InfoNCELoss(temperature=0.2, symmetric=True, normalize=False, reduction='mean')"
+    )
+    assert repr(NTXentLoss()) == "NTXentLoss(temperature=0.5, reduction='mean')"
+    assert "variant='in'" in repr(SupConLoss(variant="in"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a learnable T must not warn when printed
+        snn = repr(SoftNearestNeighborLoss(temperature=2.0, learnable_temperature=True))
+    assert "temperature=2, distance='squared_euclidean', learnable=True" in snn
 
 
 # ---------------------------------------------------------------- stability
@@ -406,14 +462,14 @@ def _all_losses(x, labels, tau):
     n = x.shape[0] // 2
     pairs = torch.stack([torch.arange(2 * n), (torch.arange(2 * n) + n) % (2 * n)], dim=1)
     return {
-        "info_nce": info_nce_loss(x[:n], x[n:], tau, normalize=True, symmetric=True),
-        "info_nce_dot": info_nce_loss(x[:n], x[n:], tau),
-        "nt_xent": nt_xent_loss(x[:n], x[n:], tau),
-        "nt_bxent": nt_bxent_loss(x, pairs, tau),
-        "supcon_out": supcon_loss(x, labels, tau),
-        "supcon_in": supcon_loss(x, labels, tau, variant="in"),
-        "snn_sq": soft_nearest_neighbor_loss(x, labels, tau),
-        "snn_cos": soft_nearest_neighbor_loss(x, labels, tau, distance="cosine"),
+        "info_nce": info_nce_loss(x[:n], x[n:], temperature=tau, normalize=True, symmetric=True),
+        "info_nce_dot": info_nce_loss(x[:n], x[n:], temperature=tau),
+        "nt_xent": nt_xent_loss(x[:n], x[n:], temperature=tau),
+        "nt_bxent": nt_bxent_loss(x, pairs, temperature=tau),
+        "supcon_out": supcon_loss(x, labels, temperature=tau),
+        "supcon_in": supcon_loss(x, labels, temperature=tau, variant="in"),
+        "snn_sq": soft_nearest_neighbor_loss(x, labels, temperature=tau),
+        "snn_cos": soft_nearest_neighbor_loss(x, labels, temperature=tau, distance="cosine"),
     }
 
 
@@ -452,7 +508,7 @@ def test_snn_far_apart_positives_stay_finite_where_the_ratio_underflows():
     dist = pairwise_squared_distance(x.detach())
     ratio = torch.exp(-dist[0, 1]) / (torch.exp(-dist[0, 1]) + torch.exp(-dist[0, 2]))
     assert ratio.item() == 0.0  # the ratio form gives -log(0) = inf
-    loss = soft_nearest_neighbor_loss(x, labels, 1.0)
+    loss = soft_nearest_neighbor_loss(x, labels, temperature=1.0)
     assert torch.isfinite(loss) and loss.item() == pytest.approx(899.0, rel=1e-5)
     loss.backward()
     assert bool(torch.isfinite(x.grad).all()) and x.grad.abs().sum() > 0
@@ -463,7 +519,7 @@ def test_nt_bxent_does_not_saturate_at_small_temperature():
     x = torch.tensor([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0]], requires_grad=True)
     pairs = torch.tensor([[0, 2], [2, 0]])  # 0 and 1 are near-identical negatives
     tau = 1e-3
-    loss = nt_bxent_loss(x, pairs, tau, reduction="none")
+    loss = nt_bxent_loss(x, pairs, temperature=tau, reduction="none")
     z01 = cos(x[0].detach(), x[1].detach()) / tau
     assert loss[0].item() > z01 / 2 > 100  # BCE on a saturated sigmoid would stop at 100
     loss.sum().backward()
@@ -490,26 +546,26 @@ def test_bad_inputs_raise_value_errors_naming_the_argument():
         (lambda: info_nce_loss(x, randn(5, 3)), "batch size"),
         (lambda: info_nce_loss(x, randn(4, 2)), "embedding size"),
         (lambda: info_nce_loss(x[0], y), "query"),
-        (lambda: info_nce_loss(x, y, 0.0), "temperature"),
-        (lambda: info_nce_loss(x, y, -1.0), "temperature"),
-        (lambda: info_nce_loss(x, y, float("nan")), "temperature"),
+        (lambda: info_nce_loss(x, y, temperature=0.0), "temperature"),
+        (lambda: info_nce_loss(x, y, temperature=-1.0), "temperature"),
+        (lambda: info_nce_loss(x, y, temperature=float("nan")), "temperature"),
         (lambda: info_nce_loss(x, y, reduction="avg"), "reduction"),
         (lambda: nt_xent_loss(x, randn(3, 3)), "batch size"),
-        (lambda: nt_xent_loss(x, y, torch.tensor([0.1, 0.2])), "temperature"),
+        (lambda: nt_xent_loss(x, y, temperature=torch.tensor([0.1, 0.2])), "temperature"),
         (lambda: nt_xent_loss(x.long(), y), "view1"),
         (lambda: nt_bxent_loss(x, torch.tensor([[0, 4]])), "positive_pairs"),
         (lambda: nt_bxent_loss(x, torch.tensor([[-1, 2]])), "positive_pairs"),
         (lambda: nt_bxent_loss(x, torch.tensor([[1, 1]])), "positive_pairs"),
         (lambda: nt_bxent_loss(x, torch.tensor([0, 1])), "positive_pairs"),
         (lambda: nt_bxent_loss(x, pairs.float()), "positive_pairs"),
-        (lambda: nt_bxent_loss(x, pairs, 0.0), "temperature"),
+        (lambda: nt_bxent_loss(x, pairs, temperature=0.0), "temperature"),
         (lambda: supcon_loss(x, labels[:3]), "number of rows"),
         (lambda: supcon_loss(x, labels.float()), "labels"),
         (lambda: supcon_loss(x, labels.bool()), "labels"),
         (lambda: supcon_loss(x, labels, variant="mid"), "variant"),
-        (lambda: supcon_loss(x, labels, -0.1), "temperature"),
+        (lambda: supcon_loss(x, labels, temperature=-0.1), "temperature"),
         (lambda: soft_nearest_neighbor_loss(x, labels, distance="l1"), "distance"),
-        (lambda: soft_nearest_neighbor_loss(x, labels, 0.0), "temperature"),
+        (lambda: soft_nearest_neighbor_loss(x, labels, temperature=0.0), "temperature"),
         (lambda: soft_nearest_neighbor_loss(x, labels[None]), "labels"),
         (lambda: soft_nearest_neighbor_loss(torch.zeros(0, 3), labels[:0]), "embeddings"),
         (lambda: alignment_loss(x, randn(5, 3)), "shape"),
@@ -517,12 +573,12 @@ def test_bad_inputs_raise_value_errors_naming_the_argument():
         (lambda: uniformity_loss(x[:1]), "embeddings"),
         (lambda: uniformity_loss(x, t=-2), "t must"),
         (lambda: pairwise_squared_distance(x, randn(2, 5)), "embedding size"),
-        (lambda: SoftNearestNeighborLoss(0.0), "temperature"),
-        (lambda: SoftNearestNeighborLoss(1.0, distance="l2"), "distance"),
+        (lambda: SoftNearestNeighborLoss(temperature=0.0), "temperature"),
+        (lambda: SoftNearestNeighborLoss(temperature=1.0, distance="l2"), "distance"),
         (lambda: SupConLoss(variant="x"), "variant"),
-        (lambda: NTXentLoss(-1.0), "temperature"),
+        (lambda: NTXentLoss(temperature=-1.0), "temperature"),
         (lambda: NTBXentLoss(reduction="mean!"), "reduction"),
-        (lambda: InfoNCELoss(0.0), "temperature"),
+        (lambda: InfoNCELoss(temperature=0.0), "temperature"),
     ]
     for call, match in cases:
         with pytest.raises(ValueError, match=match):

@@ -1,10 +1,12 @@
-"""MovieLens-100K loader: sources, cache, integrity checks, errors. No network.
+"""MovieLens-100K loader and the tensors built from it. No network.
 
-Every unit test works on a tiny MovieLens built here twice, once as GroupLens's
+The loader: sources, cache, integrity checks, errors. Every loader test works on a tiny MovieLens built here twice, once as GroupLens's
 ``ml-100k.zip`` and once as RecBole's wheel, and swaps the module's sources, hashes and
 expected counts for the fixture's. The network entry points (pooch's downloader and the pip
 subprocess) are replaced by fakes in every test. The last test reads the real data, and
-only runs when it is already in the cache.
+only runs when it is already in the cache. The helpers that turn ratings into training
+tensors (``interactions``, ``random_split``, ``history_windows``, ``sequences``) are tested
+on a small MovieLens built in memory, against Python loop references.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import requests
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from candidate_sampling import data
 
@@ -434,6 +440,191 @@ def test_citation_and_terms_are_exposed():
     assert "cite" in terms
 
 
+# --------------------------------------------------------------------------- tensors for training
+
+# Ratings in file order: users interleaved, timestamps out of order, ties in time (user 1's
+# items 2 and 1 at t=200, user 2's items 3 and 4 at t=300), and user 3 with one rating.
+SEQUENCE_RATINGS = [
+    (2, 3, 4, 300),
+    (1, 2, 5, 200),
+    (2, 1, 3, 100),
+    (1, 4, 2, 100),
+    (3, 2, 1, 50),
+    (1, 1, 4, 200),
+    (2, 4, 5, 300),
+    (1, 3, 3, 400),
+]
+
+
+def fake_movielens(rows=SEQUENCE_RATINGS) -> data.MovieLens:
+    ratings = pd.DataFrame(rows, columns=list(data.RATING_COLUMNS)).astype("int64")
+    items = pd.DataFrame(
+        {
+            "item_id": pd.Series([1, 2, 3, 4], dtype="int64"),
+            "title": ["a (1995)", "b (1996)", "c (1997)", "d (1998)"],
+            "year": pd.array([1995, 1996, 1997, 1998], dtype="Int64"),
+            "genres": ["Drama", "Comedy", "Action", "War"],
+        }
+    )
+    return data.MovieLens(ratings=ratings, items=items, source="test", path=Path("."))
+
+
+def history_reference(user_index, item_index, length):
+    """Loop reference: the ``length`` previous items of the same user, oldest first."""
+    rows = []
+    for e in range(len(user_index)):
+        before = [int(item_index[j]) for j in range(e) if user_index[j] == user_index[e]]
+        before = before[-length:]
+        rows.append([-1] * (length - len(before)) + before)
+    return torch.tensor(rows, dtype=torch.int64)
+
+
+def positions_of(user_index):
+    """0-based position of each event within its user's (contiguous) run of events."""
+    out, count = [], {}
+    for u in user_index.tolist():
+        out.append(count.get(u, 0))
+        count[u] = out[-1] + 1
+    return torch.tensor(out, dtype=torch.int64)
+
+
+def test_interactions_are_zero_based_pairs_in_file_order():
+    movielens = fake_movielens()
+    user_index, item_index = data.interactions(movielens)
+    assert user_index.dtype == item_index.dtype == torch.int64
+    assert user_index.tolist() == [u - 1 for u, _, _, _ in SEQUENCE_RATINGS]
+    assert item_index.tolist() == [i - 1 for _, i, _, _ in SEQUENCE_RATINGS]
+
+
+def test_interactions_rejects_anything_but_a_movielens():
+    with pytest.raises(ValueError, match="movielens must be a MovieLens, got DataFrame"):
+        data.interactions(fake_movielens().ratings)
+
+
+@pytest.mark.parametrize(("num", "train_fraction"), [(10, 0.8), (7, 0.5), (100, 0.25), (2, 0.5)])
+def test_random_split_sizes_cover_every_row_once(num, train_fraction):
+    train_index, test_index = data.random_split(num, train_fraction=train_fraction)
+    assert train_index.dtype == test_index.dtype == torch.int64
+    assert len(train_index) == round(train_fraction * num)
+    assert len(train_index) + len(test_index) == num
+    both = torch.cat([train_index, test_index])
+    assert sorted(both.tolist()) == list(range(num))  # disjoint and complete
+
+
+def test_random_split_is_a_seeded_numpy_permutation():
+    train_index, test_index = data.random_split(20)  # train_fraction=0.8, seed=42
+    order = np.random.default_rng(42).permutation(20)
+    assert train_index.tolist() == order[:16].tolist()
+    assert test_index.tolist() == order[16:].tolist()
+    again = data.random_split(20)
+    assert torch.equal(again[0], train_index) and torch.equal(again[1], test_index)
+    other = data.random_split(20, seed=7)
+    assert not torch.equal(other[0], train_index)
+    assert torch.equal(other[0], data.random_split(20, seed=7)[0])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num": 1}, "num must be an int >= 2"),
+        ({"num": True}, "num must be an int >= 2"),
+        ({"num": 10.0}, "num must be an int >= 2"),
+        ({"num": 10, "train_fraction": 0.0}, "train_fraction must lie in \\(0, 1\\)"),
+        ({"num": 10, "train_fraction": 1.0}, "train_fraction must lie in \\(0, 1\\)"),
+        ({"num": 10, "train_fraction": -0.5}, "train_fraction must lie in \\(0, 1\\)"),
+        ({"num": 2, "train_fraction": 0.1}, "leaves an empty split"),
+        ({"num": 10, "train_fraction": 0.99}, "leaves an empty split"),
+    ],
+)
+def test_random_split_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        data.random_split(**kwargs)
+
+
+def test_random_split_options_are_keyword_only():
+    with pytest.raises(TypeError):
+        data.random_split(10, 0.5)
+
+
+def test_history_windows_on_a_small_log():
+    user_index = torch.tensor([0, 0, 0, 0, 1, 1, 2])
+    item_index = torch.tensor([5, 6, 7, 8, 1, 2, 3])
+    windows = data.history_windows(user_index, item_index, positions_of(user_index), 3)
+    assert windows.tolist() == [
+        [-1, -1, -1],
+        [-1, -1, 5],
+        [-1, 5, 6],
+        [5, 6, 7],
+        [-1, -1, -1],  # user 1's first event: nothing of user 0 leaks in
+        [-1, -1, 1],
+        [-1, -1, -1],
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    run_lengths=st.lists(st.integers(1, 8), min_size=1, max_size=6),
+    length=st.integers(1, 6),
+    seed=st.integers(0, 10_000),
+)
+def test_history_windows_match_the_loop_reference(run_lengths, length, seed):
+    user_index = torch.repeat_interleave(torch.arange(len(run_lengths)), torch.tensor(run_lengths))
+    g = torch.Generator().manual_seed(seed)
+    item_index = torch.randint(0, 50, (len(user_index),), generator=g)
+    got = data.history_windows(user_index, item_index, positions_of(user_index), length)
+    assert got.dtype == torch.int64 and got.shape == (len(user_index), length)
+    assert torch.equal(got, history_reference(user_index, item_index, length))
+
+
+def test_history_windows_errors():
+    users, items = torch.tensor([0, 0, 1]), torch.tensor([4, 5, 6])
+    position = positions_of(users)
+    with pytest.raises(ValueError, match="length must be >= 1"):
+        data.history_windows(users, items, position, 0)
+    with pytest.raises(ValueError, match="length must be an int"):
+        data.history_windows(users, items, position, 2.0)
+    with pytest.raises(ValueError, match="number of events n must agree"):
+        data.history_windows(users, items[:2], position, 2)
+    with pytest.raises(ValueError, match="item_index must be an integer tensor"):
+        data.history_windows(users, items.float(), position, 2)
+    with pytest.raises(ValueError, match="user_index must have shape \\(n\\), got \\(1, 3\\)"):
+        data.history_windows(users[None], items, position, 2)
+
+
+def test_sequences_sort_by_user_then_time_keeping_file_order_for_ties():
+    out = data.sequences(fake_movielens(), 2)
+    assert set(out) == {"user_index", "item_index", "position", "history", "is_last", "is_train"}
+    assert out["user_index"].tolist() == [0, 0, 0, 0, 1, 1, 1, 2]
+    assert out["item_index"].tolist() == [3, 1, 0, 2, 0, 2, 3, 1]
+    assert out["position"].tolist() == [0, 1, 2, 3, 0, 1, 2, 0]
+    assert out["history"].tolist() == [
+        [-1, -1], [-1, 3], [3, 1], [1, 0], [-1, -1], [-1, 0], [0, 2], [-1, -1],
+    ]  # fmt: skip
+    assert out["history"].dtype == torch.int64
+
+
+def test_sequences_last_and_train_masks():
+    """is_last: each user's latest rating (the test event); is_train: every earlier event
+    with at least one movie before it. A user with one rating is test-only."""
+    out = data.sequences(fake_movielens(), 3)
+    assert out["is_last"].dtype == out["is_train"].dtype == torch.bool
+    assert out["is_last"].tolist() == [False, False, False, True, False, False, True, True]
+    assert out["is_train"].tolist() == [False, True, True, False, False, True, False, False]
+    assert not bool((out["is_last"] & out["is_train"]).any())
+    users = out["user_index"]
+    assert torch.equal(users[out["is_last"]], torch.unique(users))  # one last event per user
+    assert torch.equal(out["history"], history_reference(users, out["item_index"], 3))
+    trained = out["history"][out["is_train"]]
+    assert bool((trained[:, -1] >= 0).all())  # a training event has a movie before it
+
+
+def test_sequences_errors():
+    with pytest.raises(ValueError, match="length must be >= 1"):
+        data.sequences(fake_movielens(), 0)
+    with pytest.raises(ValueError, match="movielens must be a MovieLens"):
+        data.sequences(fake_movielens().ratings, 2)
+
+
 # --------------------------------------------------------------------------- real data
 
 
@@ -475,3 +666,14 @@ def test_real_movielens_100k_from_the_cache(monkeypatch):
     assert items.loc[0, "title"] == "Toy Story (1995)"
     assert items.loc[0, "genres"] == "Animation|Children's|Comedy"
     assert items["year"].isna().sum() == 1 and items.loc[266, "title"] == "unknown"
+
+    user_index, item_index = data.interactions(movielens)
+    assert user_index.shape == item_index.shape == (100_000,)
+    assert (int(user_index.min()), int(user_index.max())) == (0, 942)
+    assert (int(item_index.min()), int(item_index.max())) == (0, 1_681)
+    train_index, test_index = data.random_split(100_000)
+    assert len(train_index) == 80_000 and len(test_index) == 20_000
+    seq = data.sequences(movielens, 10)
+    assert int(seq["is_last"].sum()) == 943  # one test event per user
+    assert int(seq["is_train"].sum()) == 100_000 - 2 * 943  # not first, not last
+    assert bool((seq["position"][seq["is_last"]] >= 19).all())  # every user rated >= 20

@@ -1,10 +1,19 @@
+"""Device choice, seeding, synchronisation and the timing helper (no timing assertions)."""
+
 import random
 
 import numpy as np
 import pytest
 import torch
 
-from candidate_sampling.device import DEVICE_ENV_VAR, get_device, seed_everything, synchronize
+import candidate_sampling
+from candidate_sampling.device import (
+    DEVICE_ENV_VAR,
+    get_device,
+    seed_everything,
+    synchronize,
+    time_calls,
+)
 
 
 def test_default_device_is_cpu_without_accelerators(monkeypatch):
@@ -57,3 +66,50 @@ def test_seed_everything_rejects_bad_seeds(bad):
 
 def test_synchronize_is_a_no_op_on_cpu():
     synchronize(torch.device("cpu"))
+
+
+class Counter:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self):
+        self.calls += 1
+        return sum(range(100))  # a little work, so a call takes measurable time
+
+
+@pytest.mark.parametrize(("repeats", "warmup"), [(1, 0), (5, 1), (3, 4)])
+def test_time_calls_times_each_repeat_after_the_warmup(repeats, warmup):
+    fn = Counter()
+    times = time_calls(fn, device="cpu", repeats=repeats, warmup=warmup)
+    assert isinstance(times, list) and len(times) == repeats
+    assert all(isinstance(t, float) and t > 0 for t in times)
+    assert fn.calls == warmup + repeats
+
+
+def test_time_calls_defaults_and_device_arguments(monkeypatch):
+    monkeypatch.setenv(DEVICE_ENV_VAR, "cpu")
+    fn = Counter()
+    assert len(time_calls(fn)) == 5 and fn.calls == 6  # repeats=5, warmup=1, get_device()
+    assert len(time_calls(fn, device=torch.device("cpu"), repeats=2, warmup=0)) == 2
+    assert candidate_sampling.time_calls is time_calls
+
+
+def test_time_calls_repeats_until_min_seconds_up_to_max_repeats():
+    """min_seconds can only add calls, and never beyond max_repeats."""
+    fn = Counter()
+    times = time_calls(fn, device="cpu", repeats=2, warmup=0, min_seconds=3600.0, max_repeats=7)
+    assert len(times) == 7 and fn.calls == 7
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "3", True])
+def test_time_calls_rejects_bad_repeats(bad):
+    fn = Counter()
+    with pytest.raises(ValueError, match="repeats must be an int >= 1"):
+        time_calls(fn, device="cpu", repeats=bad)
+    assert fn.calls == 0
+
+
+@pytest.mark.parametrize("bad", [-1, 0.5, False])
+def test_time_calls_rejects_bad_warmup(bad):
+    with pytest.raises(ValueError, match="warmup must be an int >= 0"):
+        time_calls(Counter(), device="cpu", warmup=bad)

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 from candidate_sampling._hashing import draw_hash_parameters, universal_hash
 from candidate_sampling.frequency import (
     StreamingFrequencyEstimator,
-    batch_inclusion_probability,
+    inclusion_probability,
     item_counts,
     item_probabilities,
+    mixed_log_q,
 )
 
 
@@ -28,16 +29,36 @@ def test_item_probabilities_sum_to_one():
     assert torch.allclose(probs, torch.tensor([0.25, 0.0, 0.75]))
 
 
-@given(p=st.floats(0.0, 1.0), batch=st.integers(1, 10_000))
+@given(p=st.floats(0.0, 1.0), num_draws=st.integers(0, 10_000))
 @settings(max_examples=50, deadline=None)
-def test_batch_inclusion_matches_closed_form(p, batch):
-    got = float(batch_inclusion_probability(torch.tensor([p], dtype=torch.float64), batch))
-    assert got == pytest.approx(1 - (1 - p) ** batch, abs=1e-12)
+def test_inclusion_probability_matches_closed_form(p, num_draws):
+    got = float(inclusion_probability(torch.tensor([p], dtype=torch.float64), num_draws))
+    assert got == pytest.approx(1 - (1 - p) ** num_draws, abs=1e-12)
 
 
-def test_batch_inclusion_small_p_is_expected_count():
+def test_inclusion_probability_small_p_is_expected_count():
     p = torch.tensor([1e-12], dtype=torch.float64)
-    assert float(batch_inclusion_probability(p, 100)) == pytest.approx(1e-10, rel=1e-6)
+    assert float(inclusion_probability(p, 100)) == pytest.approx(1e-10, rel=1e-6)
+
+
+def test_inclusion_probability_keeps_shape_and_dtype():
+    for dtype in (torch.float32, torch.float64):
+        p = torch.tensor([[0.0, 0.5], [1.0, 1e-3]], dtype=dtype)
+        out = inclusion_probability(p, 4)
+        assert out.shape == (2, 2) and out.dtype == dtype
+        assert out[0, 0] == 0 and out[1, 0] == 1
+        assert torch.equal(inclusion_probability(p, 0), torch.zeros_like(p))  # no draws
+
+
+def test_mixed_log_q_inclusion_with_no_extra_draws_is_the_batch_inclusion():
+    # B' = 0 extra draws: r(y) must not matter, even r = 1 (0 · log(1 − 1) is not NaN)
+    q = torch.tensor([0.0, 0.2, 0.5, 1.0], dtype=torch.float64)
+    r = torch.tensor([1.0, 1.0, 0.0, 0.5], dtype=torch.float64)
+    batch_only = mixed_log_q(q[1:], r[1:], batch_size=3, num_samples=0, form="inclusion")
+    want = torch.log(1 - (1 - q[1:]) ** 3)
+    torch.testing.assert_close(batch_only.double(), want, rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="Q"):  # q = 0 and no extra draws: never a candidate
+        mixed_log_q(q, r, batch_size=3, num_samples=0, form="inclusion")
 
 
 def test_universal_hash_range_and_determinism():
@@ -114,7 +135,7 @@ def test_streaming_estimate_converges_to_inclusion_probability(num_hashes, num_b
         num_buckets, alpha=0.02, num_hashes=num_hashes, hash_ids=hash_ids, seed=3
     )
     errors = []
-    truth = batch_inclusion_probability(probs, batch)
+    truth = inclusion_probability(probs, batch)
     for step in range(1, 2001):
         est.update(torch.multinomial(probs, batch, replacement=True, generator=gen))
         if step in (20, 2000):
@@ -124,12 +145,13 @@ def test_streaming_estimate_converges_to_inclusion_probability(num_hashes, num_b
     assert errors[1] < errors[0]
 
 
-def test_log_q_is_log_estimate():
+def test_log_inclusion_is_log_estimate():
     est = StreamingFrequencyEstimator(8, alpha=0.5, hash_ids=False)
     est.update(torch.tensor([1, 2]))
     est.update(torch.tensor([1]))
     ids = torch.tensor([1, 2, 3])
-    assert torch.allclose(est.log_q(ids), torch.log(est.estimate(ids)))
+    assert torch.allclose(est.log_inclusion(ids), torch.log(est.estimate(ids)))
+    assert not hasattr(est, "log_q")  # an inclusion probability is not a log expected count
 
 
 def test_bad_inputs():
@@ -141,10 +163,18 @@ def test_bad_inputs():
         item_probabilities(torch.zeros(3))
     with pytest.raises(ValueError, match="counts must be non-negative"):
         item_probabilities(torch.tensor([1.0, -1.0]))
-    with pytest.raises(ValueError, match="batch_size"):
-        batch_inclusion_probability(torch.tensor([0.1]), 0)
+    with pytest.raises(ValueError, match="num_draws must be >= 0"):
+        inclusion_probability(torch.tensor([0.1]), -1)
+    with pytest.raises(ValueError, match="num_draws must be an int"):
+        inclusion_probability(torch.tensor([0.1]), 2.0)
     with pytest.raises(ValueError, match="probs must lie"):
-        batch_inclusion_probability(torch.tensor([1.5]), 3)
+        inclusion_probability(torch.tensor([1.5]), 3)
+    with pytest.raises(ValueError, match="probs must lie"):
+        inclusion_probability(torch.tensor([-0.1]), 3)
+    with pytest.raises(ValueError, match="probs must lie"):
+        inclusion_probability(torch.tensor([float("nan")]), 3)
+    with pytest.raises(ValueError, match="probs must be a floating-point"):
+        inclusion_probability(torch.tensor([0, 1]), 3)
     with pytest.raises(ValueError, match="alpha"):
         StreamingFrequencyEstimator(10, alpha=0.0)
     with pytest.raises(ValueError, match="alpha"):

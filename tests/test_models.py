@@ -63,7 +63,9 @@ def test_sparse_gradients_and_optimizers(num_hashes, buckets):
     )
     sparse, dense = sparse_parameters(model)
     assert len(sparse) == 3 and not dense
-    u, v = model(torch.tensor([0, 1]), torch.tensor([2, 3]), torch.tensor([[1, -1], [2, 3]]))
+    u, v = model(
+        torch.tensor([2, 3]), user_ids=torch.tensor([0, 1]), history=torch.tensor([[1, -1], [2, 3]])
+    )
     (u * v).sum().backward()
     assert all(p.grad.is_sparse for p in sparse)
     for name in ("adagrad", "sgd", "adam"):
@@ -72,6 +74,41 @@ def test_sparse_gradients_and_optimizers(num_hashes, buckets):
         opt.step()
         changed = (model.item_tower.embedding.weight.detach() != before).any(dim=1)
         assert 0 < int(changed.sum()) < before.shape[0] or num_hashes  # only touched rows move
+
+
+def test_user_tower_all_users_is_the_id_table():
+    tower = UserTower(num_users=6, dim=3)
+    everyone = tower.all_users()
+    assert everyone.shape == (6, 3)
+    assert torch.equal(everyone, tower.user_embedding.weight)
+    assert torch.equal(everyone[torch.tensor([4, 1])], tower(torch.tensor([4, 1])))
+    everyone.sum().backward()  # the table itself: gradients reach the embedding
+    assert tower.user_embedding.weight.grad is not None
+
+
+@pytest.mark.parametrize(
+    "tower", [UserTower(num_items=5, dim=2), UserTower(num_users=3, num_items=5, dim=2)]
+)
+def test_user_tower_all_users_needs_an_id_only_tower(tower):
+    with pytest.raises(ValueError, match="all_users\\(\\) needs a tower of user ids only"):
+        tower.all_users()
+
+
+def test_two_tower_forward_takes_item_ids_then_keywords():
+    model = TwoTowerModel(UserTower(num_users=4, num_items=6, dim=3), ItemTower(6, 3))
+    items, users = torch.tensor([5, 0]), torch.tensor([3, 1])
+    history = torch.tensor([[1, 2], [-1, 4]])
+    u, v = model(items, user_ids=users, history=history)
+    assert torch.equal(u, model.user_tower(users, history))
+    assert torch.equal(v, model.item_tower(items))
+    with pytest.raises(TypeError):
+        model(items, users, history)  # user_ids and history are keyword-only
+    history_only = TwoTowerModel(UserTower(num_items=6, dim=3), ItemTower(6, 3))
+    u, v = history_only(items, history=history)
+    assert u.shape == v.shape == (2, 3)
+    id_only = TwoTowerModel(UserTower(num_users=4, dim=3), ItemTower(6, 3))
+    with pytest.raises(ValueError, match="user_ids must be given"):
+        id_only(items)
 
 
 def test_score():
@@ -115,7 +152,7 @@ def test_default_model_is_sparse_and_a_step_touches_only_the_batch_rows(optimize
     before = model.item_tower.embedding.weight.detach().clone()
     opt = make_optimizer(model, optimizer, lr=0.1)
     users, items = torch.tensor([1, 2, 3]), torch.tensor([10, 20, 10])
-    u, v = model(users, items)
+    u, v = model(items, user_ids=users)
     (u * v).sum().backward()
     assert model.item_tower.embedding.weight.grad.is_sparse
     opt.step()

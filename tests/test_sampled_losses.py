@@ -1,4 +1,12 @@
-"""Tests of the sampled losses: loop references in float64, gradcheck, invariants, bad input."""
+"""Tests of the sampled losses: loop references in float64, gradcheck, invariants, bad input.
+
+Inputs are dicts named after the losses' parameters, so a test calls
+``sampled_softmax_from_scores(**scores)`` or ``sampled_softmax_loss(**problem, draw=draw)``.
+The loop references implement TensorFlow's semantics (``_compute_sampled_logits``,
+``sampled_softmax_loss``, ``nce_loss``), including ``num_true = T > 1``: each of the ``T``
+true columns is labelled ``1/T``, a sampled id equal to *any* true id of its row is an
+accidental hit.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
 
 from candidate_sampling.losses import (
     NCELoss,
@@ -34,63 +43,175 @@ def gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+# --------------------------------------------------------------------------- inputs
+
+
+def make_scores(seed, *, batch_size=5, num_samples=7, num_true=None, per_row_q=False, dtype=D64):
+    """Keyword arguments of the ``*_from_scores`` losses: (B,) or (B, T) positives, (B, k)
+    negatives, their log expected counts ((k,) or (B, k) for the negatives), a hit mask."""
+    g = gen(seed)
+    pos_shape = (batch_size,) if num_true is None else (batch_size, num_true)
+    neg_q_shape = (batch_size, num_samples) if per_row_q else (num_samples,)
+    return {
+        "positive_scores": torch.randn(*pos_shape, generator=g, dtype=dtype) * 3,
+        "negative_scores": torch.randn(batch_size, num_samples, generator=g, dtype=dtype) * 3,
+        "positive_log_q": torch.randn(*pos_shape, generator=g, dtype=dtype) - 2,
+        "negative_log_q": torch.randn(*neg_q_shape, generator=g, dtype=dtype) - 2,
+        "mask": torch.rand(batch_size, num_samples, generator=g) < 0.3,
+    }
+
+
+def make_problem(seed, *, batch_size=6, num_classes=30, dim=4, num_true=None):
+    """Keyword arguments of the embedding-level losses, less the draw: ``query`` (B, d), a
+    class table ``classes`` (|V|, d), ``class_bias`` (|V|,) and ``positive_ids`` (B,) or
+    (B, T) (distinct ids within a row)."""
+    g = gen(seed)
+    query = torch.randn(batch_size, dim, generator=g, dtype=D64)
+    classes = torch.randn(num_classes, dim, generator=g, dtype=D64)
+    class_bias = torch.randn(num_classes, generator=g, dtype=D64)
+    if num_true is None:
+        positive_ids = torch.randint(0, num_classes, (batch_size,), generator=g)
+    else:
+        order = torch.rand(batch_size, num_classes, generator=g).argsort(dim=1)
+        positive_ids = order[:, :num_true]
+    return {
+        "query": query,
+        "classes": classes,
+        "class_bias": class_bias,
+        "positive_ids": positive_ids,
+    }
+
+
+def without(inputs, *names):
+    return {k: v for k, v in inputs.items() if k not in names}
+
+
 # --------------------------------------------------------------------------- loop references
 
 
-def ref_softmax_ce(logits, targets) -> list[float]:
+def ref_softmax_ce(logits, positive_ids) -> list[float]:
     out = []
     for i in range(logits.shape[0]):
         row = [float(v) for v in logits[i]]
         m = max(row)
         lse = m + math.log(sum(math.exp(v - m) for v in row))
-        out.append(lse - row[int(targets[i])])
+        out.append(lse - row[int(positive_ids[i])])
     return out
 
 
-def softplus(x: float) -> float:
-    return max(x, 0.0) + math.log1p(math.exp(-abs(x)))
+def logsumexp(values: list[float]) -> float:
+    m = max(values)
+    return m + math.log(sum(math.exp(v - m) for v in values))
+
+
+def sigmoid_ce(x: float, z: float) -> float:
+    """TF's ``sigmoid_cross_entropy_with_logits`` for one logit ``x`` and label ``z``."""
+    return max(x, 0.0) - x * z + math.log1p(math.exp(-abs(x)))
 
 
 def corrected(s, lq, tau):
     return float(s) / tau - (float(lq) if lq is not None else 0.0)
 
 
+def row_values(t, i) -> list:
+    """Row i of a (B,) or (B, T) tensor as a list of T entries (None if t is None)."""
+    if t is None:
+        return None
+    return [t[i]] if t.dim() == 1 else list(t[i])
+
+
+def neg_log_q(neg_lq, i, j):
+    if neg_lq is None:
+        return None
+    return neg_lq[j] if neg_lq.dim() == 1 else neg_lq[i, j]
+
+
+def sampled_logits(pos, neg, pos_lq, neg_lq, mask, tau, i):
+    """Row i's corrected true logits and the kept sampled logits."""
+    lqs = row_values(pos_lq, i) or [None] * len(row_values(pos, i))
+    true = [corrected(s, lq, tau) for s, lq in zip(row_values(pos, i), lqs)]
+    sampled = [
+        corrected(neg[i, j], neg_log_q(neg_lq, i, j), tau)
+        for j in range(neg.shape[1])
+        if mask is None or not bool(mask[i, j])
+    ]
+    return true, sampled
+
+
 def ref_sampled_softmax(pos, neg, pos_lq, neg_lq, mask, tau) -> list[float]:
+    """TF: softmax cross-entropy over [true, sampled] with labels 1/T on the true columns."""
     out = []
     for i in range(neg.shape[0]):
-        o_t = corrected(pos[i], None if pos_lq is None else pos_lq[i], tau)
-        terms = [o_t]
-        for j in range(neg.shape[1]):
-            if mask is not None and bool(mask[i, j]):
-                continue
-            lq = None if neg_lq is None else (neg_lq[j] if neg_lq.dim() == 1 else neg_lq[i, j])
-            terms.append(corrected(neg[i, j], lq, tau))
-        m = max(terms)
-        out.append(m + math.log(sum(math.exp(v - m) for v in terms)) - o_t)
+        true, sampled = sampled_logits(pos, neg, pos_lq, neg_lq, mask, tau, i)
+        out.append(logsumexp(true + sampled) - sum(true) / len(true))
     return out
 
 
 def ref_nce(pos, neg, pos_lq, neg_lq, mask, tau) -> list[float]:
+    """TF: per-row sum of sigmoid cross-entropies, label 1/T on true columns, 0 on sampled."""
     out = []
     for i in range(neg.shape[0]):
-        total = softplus(-corrected(pos[i], None if pos_lq is None else pos_lq[i], tau))
-        for j in range(neg.shape[1]):
-            if mask is not None and bool(mask[i, j]):
-                continue
-            lq = None if neg_lq is None else (neg_lq[j] if neg_lq.dim() == 1 else neg_lq[i, j])
-            total += softplus(corrected(neg[i, j], lq, tau))
-        out.append(total)
+        true, sampled = sampled_logits(pos, neg, pos_lq, neg_lq, mask, tau, i)
+        out.append(
+            sum(sigmoid_ce(o, 1.0 / len(true)) for o in true)
+            + sum(sigmoid_ce(o, 0.0) for o in sampled)
+        )
     return out
 
 
-def random_inputs(seed, b=5, k=7, per_row_q=False, dtype=D64):
-    g = gen(seed)
-    pos = torch.randn(b, generator=g, dtype=dtype) * 3
-    neg = torch.randn(b, k, generator=g, dtype=dtype) * 3
-    pos_lq = torch.randn(b, generator=g, dtype=dtype) - 2
-    neg_lq = torch.randn(*((b, k) if per_row_q else (k,)), generator=g, dtype=dtype) - 2
-    mask = torch.rand(b, k, generator=g) < 0.3
-    return pos, neg, pos_lq, neg_lq, mask
+def ref_from_scores(fn, scores, tau):
+    ref = ref_sampled_softmax if fn is sampled_softmax_from_scores else ref_nce
+    return torch.tensor(
+        ref(
+            scores["positive_scores"],
+            scores["negative_scores"],
+            scores.get("positive_log_q"),
+            scores.get("negative_log_q"),
+            scores.get("mask"),
+            tau,
+        ),
+        dtype=D64,
+    )
+
+
+def loop_score(problem, i, y) -> float:
+    q, w = problem["query"], problem["classes"]
+    bias = problem.get("class_bias")
+    s = sum(float(q[i, c]) * float(w[y, c]) for c in range(q.shape[1]))
+    return s + (float(bias[y]) if bias is not None else 0.0)
+
+
+def ref_embedding_loss(kind, problem, draw, tau, remove_hits, subtract_log_q=True):
+    """TF's ``_compute_sampled_logits`` then the softmax or logistic loss, by loops.
+
+    ``draw`` = (sampled_ids, sampled_log_q, positive_log_q). Accidental hit: a sampled id
+    equal to any of the row's true ids.
+    """
+    sampled_ids, sampled_lq, pos_lq = draw
+    pos_ids = problem["positive_ids"]
+    out = []
+    for i in range(pos_ids.shape[0]):
+        true_ids = [int(y) for y in row_values(pos_ids, i)]
+        lqs = row_values(pos_lq, i) if subtract_log_q else [None] * len(true_ids)
+        true = [corrected(loop_score(problem, i, y), lq, tau) for y, lq in zip(true_ids, lqs)]
+        sampled = []
+        for j, y in enumerate(sampled_ids.tolist()):
+            if remove_hits and y in true_ids:
+                continue
+            lq = sampled_lq[j] if subtract_log_q else None
+            sampled.append(corrected(loop_score(problem, i, y), lq, tau))
+        if kind == "softmax":
+            out.append(logsumexp(true + sampled) - sum(true) / len(true))
+        else:
+            out.append(
+                sum(sigmoid_ce(o, 1.0 / len(true)) for o in true)
+                + sum(sigmoid_ce(o, 0.0) for o in sampled)
+            )
+    return torch.tensor(out, dtype=D64)
+
+
+def as_tuple(draw):
+    return (draw.ids, draw.log_q, draw.positive_log_q)
 
 
 # --------------------------------------------------------------------------- full softmax
@@ -100,13 +221,13 @@ def random_inputs(seed, b=5, k=7, per_row_q=False, dtype=D64):
 def test_softmax_cross_entropy_matches_loop(reduction):
     g = gen(0)
     logits = torch.randn(6, 11, generator=g, dtype=D64) * 4
-    targets = torch.randint(0, 11, (6,), generator=g)
-    ref = torch.tensor(ref_softmax_ce(logits, targets), dtype=D64)
-    out = softmax_cross_entropy(logits, targets, reduction)
+    positive_ids = torch.randint(0, 11, (6,), generator=g)
+    ref = torch.tensor(ref_softmax_ce(logits, positive_ids), dtype=D64)
+    out = softmax_cross_entropy(logits, positive_ids, reduction=reduction)
     expected = {"mean": ref.mean(), "sum": ref.sum(), "none": ref}[reduction]
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(
-        softmax_cross_entropy(logits, targets), F.cross_entropy(logits, targets)
+        softmax_cross_entropy(logits, positive_ids), F.cross_entropy(logits, positive_ids)
     )
 
 
@@ -116,18 +237,18 @@ def test_softmax_cross_entropy_matches_loop(reduction):
 def test_importance_sampling_loop_reference_and_weights():
     g = gen(1)
     s = torch.randn(3, 9, generator=g, dtype=D64)
-    lq = torch.log(torch.rand(3, 9, generator=g, dtype=D64) * 0.1 + 1e-3)
-    out = importance_sampled_log_partition(s, lq)
-    w = importance_weights(s, lq)
+    log_proposal = torch.log(torch.rand(3, 9, generator=g, dtype=D64) * 0.1 + 1e-3)
+    out = importance_sampled_log_partition(s, log_proposal)
+    w = importance_weights(s, log_proposal)
     for i in range(3):
-        terms = [math.exp(float(s[i, j]) - float(lq[i, j])) for j in range(9)]
+        terms = [math.exp(float(s[i, j]) - float(log_proposal[i, j])) for j in range(9)]
         assert out[i].item() == pytest.approx(math.log(sum(terms) / 9), rel=1e-12)
         for j in range(9):
             assert w[i, j].item() == pytest.approx(terms[j] / sum(terms), rel=1e-12)
     torch.testing.assert_close(w.sum(-1), torch.ones(3, dtype=D64))
     # a constant on log q cancels in the weights but not in log Z-hat
-    torch.testing.assert_close(importance_weights(s, lq + 3.0), w)
-    torch.testing.assert_close(importance_sampled_log_partition(s, lq + 3.0), out - 3.0)
+    torch.testing.assert_close(importance_weights(s, log_proposal + 3.0), w)
+    torch.testing.assert_close(importance_sampled_log_partition(s, log_proposal + 3.0), out - 3.0)
 
 
 def test_importance_sampling_with_the_model_as_proposal_is_exact():
@@ -158,97 +279,215 @@ def test_effective_sample_size():
 # --------------------------------------------------------------------------- sampled softmax
 
 
+@pytest.mark.parametrize("num_true", [None, 1, 3])
 @pytest.mark.parametrize("per_row_q", [False, True])
 @pytest.mark.parametrize("tau", [1.0, 0.3])
-def test_sampled_softmax_from_scores_matches_loop(per_row_q, tau):
-    pos, neg, pos_lq, neg_lq, mask = random_inputs(4, per_row_q=per_row_q)
-    ref = torch.tensor(ref_sampled_softmax(pos, neg, pos_lq, neg_lq, mask, tau), dtype=D64)
-    out = sampled_softmax_from_scores(pos, neg, pos_lq, neg_lq, mask, tau, "none")
+def test_sampled_softmax_from_scores_matches_loop(num_true, per_row_q, tau):
+    scores = make_scores(4, num_true=num_true, per_row_q=per_row_q)
+    ref = ref_from_scores(sampled_softmax_from_scores, scores, tau)
+    out = sampled_softmax_from_scores(**scores, temperature=tau, reduction="none")
+    assert out.shape == (5,) and out.dtype == D64
     torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(sampled_softmax_from_scores(**scores, temperature=tau), ref.mean())
     torch.testing.assert_close(
-        sampled_softmax_from_scores(pos, neg, pos_lq, neg_lq, mask, tau), ref.mean()
+        sampled_softmax_from_scores(**scores, temperature=tau, reduction="sum"), ref.sum()
     )
-    torch.testing.assert_close(
-        sampled_softmax_from_scores(pos, neg, pos_lq, neg_lq, mask, tau, "sum"), ref.sum()
-    )
-
-
-def embedding_problem(seed, b=6, v=30, d=4):
-    g = gen(seed)
-    query = torch.randn(b, d, generator=g, dtype=D64)
-    weights = torch.randn(v, d, generator=g, dtype=D64)
-    bias = torch.randn(v, generator=g, dtype=D64)
-    positive_ids = torch.randint(0, v, (b,), generator=g)
-    return query, weights, bias, positive_ids
-
-
-def loop_scores(query, weights, bias, ids_row, i):
-    return [
-        sum(float(query[i, c]) * float(weights[y, c]) for c in range(query.shape[1]))
-        + (float(bias[y]) if bias is not None else 0.0)
-        for y in ids_row
-    ]
 
 
 @pytest.mark.parametrize("unique", [False, True])
 @pytest.mark.parametrize("remove_hits", [True, False])
 def test_sampled_softmax_loss_matches_loop(unique, remove_hits):
-    query, weights, bias, pos_ids = embedding_problem(5)
+    problem = make_problem(5)
     sampler = LogUniformSampler(30)
-    draw = sampler.sample(12, unique=unique, generator=gen(5))
-    pos_lq = sampler.log_expected_count(pos_ids, draw)
+    draw = sampler.sample(12, unique=unique, generator=gen(5), positive_ids=problem["positive_ids"])
+    torch.testing.assert_close(draw.positive_log_q, sampler.log_q(problem["positive_ids"], draw))
     tau = 0.7
-    ref = []
-    for i in range(query.shape[0]):
-        t = int(pos_ids[i])
-        o_t = loop_scores(query, weights, bias, [t], i)[0] / tau - float(pos_lq[i])
-        terms = [o_t]
-        s_neg = loop_scores(query, weights, bias, draw.ids.tolist(), i)
-        for j, y in enumerate(draw.ids.tolist()):
-            if remove_hits and y == t:
-                continue
-            terms.append(s_neg[j] / tau - float(draw.log_expected_count[j]))
-        ref.append(math.log(sum(math.exp(v) for v in terms)) - o_t)
-    out = sampled_softmax_loss(
-        query,
-        weights,
-        bias,
-        pos_ids,
-        draw,
-        temperature=tau,
-        remove_accidental_hits=remove_hits,
-        reduction="none",
-    )
-    torch.testing.assert_close(out, torch.tensor(ref, dtype=D64), rtol=1e-5, atol=1e-5)
+    ref = ref_embedding_loss("softmax", problem, as_tuple(draw), tau, remove_hits)
+    options = {"temperature": tau, "remove_accidental_hits": remove_hits, "reduction": "none"}
+    out = sampled_softmax_loss(**problem, draw=draw, **options)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     # the tuple form of the draw gives the same loss
-    out2 = sampled_softmax_loss(
-        query,
-        weights,
-        bias,
-        pos_ids,
-        (draw.ids, draw.log_expected_count, pos_lq),
-        temperature=tau,
-        remove_accidental_hits=remove_hits,
-        reduction="none",
-    )
-    torch.testing.assert_close(out, out2)
+    torch.testing.assert_close(out, sampled_softmax_loss(**problem, draw=as_tuple(draw), **options))
 
 
 def test_sampled_scores_and_sparse_gradient():
-    query, weights, bias, pos_ids = embedding_problem(6)
+    problem = make_problem(6)
+    query, classes, bias, pos_ids = (
+        problem[k] for k in ("query", "classes", "class_bias", "positive_ids")
+    )
     sampled = torch.tensor([3, 7, 7, 29])
-    pos, neg = sampled_scores(query, weights, bias, pos_ids, sampled)
-    torch.testing.assert_close(pos, (query * weights[pos_ids]).sum(-1) + bias[pos_ids])
-    torch.testing.assert_close(neg, query @ weights[sampled].T + bias[sampled])
-    dense_w = weights.clone().requires_grad_(True)
-    sparse_w = weights.clone().requires_grad_(True)
+    pos, neg = sampled_scores(query, classes, pos_ids, sampled, class_bias=bias)
+    torch.testing.assert_close(pos, (query * classes[pos_ids]).sum(-1) + bias[pos_ids])
+    torch.testing.assert_close(neg, query @ classes[sampled].T + bias[sampled])
+    dense_w = classes.clone().requires_grad_(True)
+    sparse_w = classes.clone().requires_grad_(True)
     draw = (sampled, torch.zeros(4, dtype=D64), torch.zeros(6, dtype=D64))
-    sampled_softmax_loss(query, dense_w, bias, pos_ids, draw).backward()
-    sampled_softmax_loss(query, sparse_w, bias, pos_ids, draw, sparse=True).backward()
+    sampled_softmax_loss(query, dense_w, pos_ids, draw, class_bias=bias).backward()
+    sampled_softmax_loss(query, sparse_w, pos_ids, draw, class_bias=bias, sparse=True).backward()
     assert sparse_w.grad.is_sparse
     torch.testing.assert_close(sparse_w.grad.to_dense(), dense_w.grad)
     untouched = sorted(set(range(30)) - set(sampled.tolist()) - set(pos_ids.tolist()))
     assert bool((dense_w.grad[untouched] == 0).all())
+
+
+# --------------------------------------------------------------------------- num_true > 1
+
+
+def test_draw_with_multi_positive_ids_gives_their_log_q():
+    sampler = UnigramSampler(torch.arange(20, 0, -1).double())
+    positive_ids = torch.tensor([[1, 5, 19], [0, 2, 3]])
+    for unique in (False, True):
+        draw = sampler.sample(6, unique=unique, generator=gen(1), positive_ids=positive_ids)
+        assert draw.positive_log_q.shape == (2, 3)
+        assert draw.positive_log_q.dtype == torch.float32
+        p = sampler.probs.double()[positive_ids]
+        want = (1 - (1 - p) ** draw.num_tries if unique else draw.num_samples * p).log()
+        torch.testing.assert_close(draw.positive_log_q.double(), want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(draw.positive_log_q, sampler.log_q(positive_ids, draw))
+
+
+@pytest.mark.parametrize("kind", ["softmax", "nce"])
+@pytest.mark.parametrize("remove_hits", [True, False])
+@pytest.mark.parametrize("subtract_log_q", [True, False])
+@pytest.mark.parametrize("tau", [1.0, 0.4])
+def test_multi_positive_losses_match_tf_semantics(kind, remove_hits, subtract_log_q, tau):
+    """TF's num_true = 3: positive_ids (B, 3), labels 1/3, hits against any true id."""
+    problem = make_problem(20, batch_size=5, num_classes=12, num_true=3)
+    sampler = UnigramSampler(torch.arange(12, 0, -1).double() ** 2)
+    draw = sampler.sample(8, unique=True, generator=gen(2), positive_ids=problem["positive_ids"])
+    assert draw.positive_log_q.shape == (5, 3)
+    hits = (problem["positive_ids"][:, :, None] == draw.ids[None, None, :]).any(1)
+    assert bool(hits.any()) and bool((hits.sum(1) < 8).all())  # hits, never all sampled ids
+    # hits on a true id other than the row's first: TF masks those too
+    assert bool((problem["positive_ids"][:, 1:, None] == draw.ids).any())
+    fn = sampled_softmax_loss if kind == "softmax" else nce_loss
+    out = fn(
+        **problem,
+        draw=draw,
+        temperature=tau,
+        remove_accidental_hits=remove_hits,
+        subtract_log_q=subtract_log_q,
+        reduction="none",
+    )
+    ref = ref_embedding_loss(kind, problem, as_tuple(draw), tau, remove_hits, subtract_log_q)
+    assert out.shape == (5,)
+    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("fn", [sampled_softmax_from_scores, nce_from_scores])
+@pytest.mark.parametrize("num_true", [1, 4])
+def test_multi_positive_scores_match_loop(fn, num_true):
+    scores = make_scores(21, num_true=num_true, per_row_q=True)
+    for tau in (1.0, 0.25):
+        out = fn(**scores, temperature=tau, reduction="none")
+        torch.testing.assert_close(out, ref_from_scores(fn, scores, tau))
+
+
+@pytest.mark.parametrize("fn", [sampled_softmax_from_scores, nce_from_scores])
+def test_one_true_column_as_b_by_1_equals_the_b_vector(fn):
+    scores = make_scores(22)
+    as_matrix = dict(
+        scores,
+        positive_scores=scores["positive_scores"][:, None],
+        positive_log_q=scores["positive_log_q"][:, None],
+    )
+    torch.testing.assert_close(
+        fn(**as_matrix, reduction="none"), fn(**scores, reduction="none"), rtol=1e-12, atol=1e-12
+    )
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10_000), num_true=st.integers(2, 4))
+def test_order_of_the_true_columns_does_not_matter(seed, num_true):
+    scores = make_scores(seed, batch_size=3, num_samples=4, num_true=num_true)
+    perm = torch.randperm(num_true, generator=gen(seed))
+    permuted = dict(
+        scores,
+        positive_scores=scores["positive_scores"][:, perm],
+        positive_log_q=scores["positive_log_q"][:, perm],
+    )
+    for fn in (sampled_softmax_from_scores, nce_from_scores):
+        torch.testing.assert_close(fn(**permuted, reduction="none"), fn(**scores, reduction="none"))
+
+
+@pytest.mark.parametrize("cls", [SampledSoftmaxLoss, NCELoss])
+def test_modules_accept_multi_positive_ids(cls):
+    problem = make_problem(23, num_classes=40, num_true=2)
+    module = cls(LogUniformSampler(40), num_samples=10, temperature=0.5)
+    out = module(**problem, generator=gen(4))
+    assert module.last_draw.positive_log_q.shape == (6, 2)
+    fn = sampled_softmax_loss if cls is SampledSoftmaxLoss else nce_loss
+    torch.testing.assert_close(out, fn(**problem, draw=module.last_draw, temperature=0.5))
+
+
+# --------------------------------------------------------------------------- item encoders
+
+
+def encoders(num_classes=30, dim=4):
+    """An embedding table and a small MLP over one, both id → (n, d) in float64."""
+    torch.manual_seed(0)
+    embedding = nn.Embedding(num_classes, dim, dtype=D64)
+    mlp = nn.Sequential(
+        nn.Embedding(num_classes, 5, dtype=D64), nn.Linear(5, dim, dtype=D64), nn.Tanh()
+    )
+    return {"embedding": embedding, "mlp": mlp}
+
+
+@pytest.mark.parametrize("encoder_name", ["embedding", "mlp"])
+@pytest.mark.parametrize(
+    "fn", [sampled_softmax_loss, nce_loss, negative_sampling_loss, sampled_logistic_loss]
+)
+@pytest.mark.parametrize("num_true", [None, 2])
+def test_item_encoder_equals_the_table_path(encoder_name, fn, num_true):
+    encoder = encoders()[encoder_name]
+    problem = without(make_problem(24, num_true=num_true), "classes")
+    draw = UniformSampler(30).sample(
+        9, unique=True, generator=gen(5), positive_ids=problem["positive_ids"]
+    )
+    query = problem["query"].clone().requires_grad_(True)
+    with_encoder = fn(**dict(problem, query=query), classes=encoder, draw=draw, temperature=0.6)
+    (grad_encoder,) = torch.autograd.grad(with_encoder, query)
+    table = encoder(torch.arange(30)).detach()  # every item encoded: the class table
+    with_table = fn(**dict(problem, query=query), classes=table, draw=draw, temperature=0.6)
+    (grad_table,) = torch.autograd.grad(with_table, query)
+    torch.testing.assert_close(with_encoder, with_table, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad_encoder, grad_table, rtol=1e-12, atol=1e-12)
+
+
+def test_item_encoder_gets_gradients_only_for_the_ids_it_encoded():
+    encoder = encoders()["embedding"]
+    problem = without(make_problem(25), "classes", "class_bias")
+    draw = UniformSampler(30).sample(5, generator=gen(6), positive_ids=problem["positive_ids"])
+    sampled_softmax_loss(**problem, classes=encoder, draw=draw).backward()
+    used = set(problem["positive_ids"].tolist()) | set(draw.ids.tolist())
+    unused = sorted(set(range(30)) - used)
+    assert bool((encoder.weight.grad[unused] == 0).all())
+    assert bool((encoder.weight.grad[sorted(used)].abs().sum(1) > 0).all())
+
+
+@pytest.mark.parametrize("cls", [SampledSoftmaxLoss, NCELoss])
+def test_module_forward_with_an_item_encoder(cls):
+    encoder = encoders()["mlp"]
+    problem = without(make_problem(26), "classes")
+    module = cls(UnigramSampler(torch.arange(30, 0, -1).double()), num_samples=7, temperature=0.5)
+    out = module(**problem, classes=encoder, generator=gen(7))
+    fn = sampled_softmax_loss if cls is SampledSoftmaxLoss else nce_loss
+    table = encoder(torch.arange(30))
+    torch.testing.assert_close(
+        out, fn(**problem, classes=table, draw=module.last_draw, temperature=0.5)
+    )
+    ref_kind = "softmax" if cls is SampledSoftmaxLoss else "nce"
+    remove_hits = cls is SampledSoftmaxLoss  # TF's defaults
+    ref = ref_embedding_loss(
+        ref_kind,
+        dict(problem, classes=table.detach()),
+        as_tuple(module.last_draw),
+        0.5,
+        remove_hits,
+    )
+    torch.testing.assert_close(out.detach(), ref.mean(), rtol=1e-6, atol=1e-6)
+    out.backward()  # gradients reach the encoder's parameters
+    assert all(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in encoder.parameters())
 
 
 # --------------------------------------------------------------------------- NCE family
@@ -257,79 +496,91 @@ def test_sampled_scores_and_sparse_gradient():
 @pytest.mark.parametrize("per_row_q", [False, True])
 @pytest.mark.parametrize("use_mask", [False, True])
 def test_nce_from_scores_matches_loop(per_row_q, use_mask):
-    pos, neg, pos_lq, neg_lq, mask = random_inputs(7, per_row_q=per_row_q)
-    mask = mask if use_mask else None
+    scores = make_scores(7, per_row_q=per_row_q)
+    if not use_mask:
+        scores["mask"] = None
     for tau in (1.0, 0.5):
-        ref = torch.tensor(ref_nce(pos, neg, pos_lq, neg_lq, mask, tau), dtype=D64)
+        ref = ref_from_scores(nce_from_scores, scores, tau)
         torch.testing.assert_close(
-            nce_from_scores(pos, neg, pos_lq, neg_lq, mask, tau, "none"), ref
+            nce_from_scores(**scores, temperature=tau, reduction="none"), ref
         )
-        torch.testing.assert_close(nce_from_scores(pos, neg, pos_lq, neg_lq, mask, tau), ref.mean())
+        torch.testing.assert_close(nce_from_scores(**scores, temperature=tau), ref.mean())
     # no corrections = negative sampling
-    ref = torch.tensor(ref_nce(pos, neg, None, None, mask, 1.0), dtype=D64)
-    torch.testing.assert_close(nce_from_scores(pos, neg, mask=mask, reduction="none"), ref)
+    plain = without(scores, "positive_log_q", "negative_log_q")
+    torch.testing.assert_close(
+        nce_from_scores(**plain, reduction="none"), ref_from_scores(nce_from_scores, plain, 1.0)
+    )
 
 
 def test_nce_variants_follow_tfs_table():
-    query, weights, bias, pos_ids = embedding_problem(8)
-    sampler = UniformSampler(30)
+    problem = make_problem(8)
+    pos_ids = problem["positive_ids"]
     # make sure a few accidental hits are in the draw
     draw_ids = torch.cat([pos_ids[:2], torch.tensor([0, 5, 9])])
     draw_lq = torch.full((5,), math.log(5 / 30), dtype=D64)
     pos_lq = torch.full((6,), math.log(5 / 30), dtype=D64)
     draw = (draw_ids, draw_lq, pos_lq)
-    pos, neg = sampled_scores(query, weights, bias, pos_ids, draw_ids)
+    pos, neg = sampled_scores(
+        problem["query"], problem["classes"], pos_ids, draw_ids, class_bias=problem["class_bias"]
+    )
     hits = pos_ids[:, None] == draw_ids[None, :]
     assert bool(hits.any())
+    corrections = {"positive_log_q": pos_lq, "negative_log_q": draw_lq}
     # NCE: hits kept (TF's default), log expected counts subtracted
     torch.testing.assert_close(
-        nce_loss(query, weights, bias, pos_ids, draw), nce_from_scores(pos, neg, pos_lq, draw_lq)
+        nce_loss(**problem, draw=draw), nce_from_scores(pos, neg, **corrections)
     )
     # sampled logistic: hits removed
     torch.testing.assert_close(
-        sampled_logistic_loss(query, weights, bias, pos_ids, draw),
-        nce_from_scores(pos, neg, pos_lq, draw_lq, hits),
+        sampled_logistic_loss(**problem, draw=draw),
+        nce_from_scores(pos, neg, **corrections, mask=hits),
     )
     # negative sampling: no correction
     torch.testing.assert_close(
-        negative_sampling_loss(query, weights, bias, pos_ids, draw), nce_from_scores(pos, neg)
+        negative_sampling_loss(**problem, draw=draw), nce_from_scores(pos, neg)
     )
     # the CandidateDraw form works too
-    d = sampler.sample(4, unique=True, generator=gen(0))
-    assert torch.isfinite(nce_loss(query, weights, bias, pos_ids, d))
+    d = UniformSampler(30).sample(4, unique=True, generator=gen(0), positive_ids=pos_ids)
+    assert torch.isfinite(nce_loss(**problem, draw=d))
 
 
 # --------------------------------------------------------------------------- gradcheck
 
 
 def test_gradcheck_scores_level():
-    pos, neg, pos_lq, neg_lq, mask = random_inputs(9, b=3, k=4)
-    pos.requires_grad_(True)
-    neg.requires_grad_(True)
-    assert torch.autograd.gradcheck(
-        lambda p, n: sampled_softmax_from_scores(p, n, pos_lq, neg_lq, mask, 0.8), (pos, neg)
-    )
-    assert torch.autograd.gradcheck(
-        lambda p, n: nce_from_scores(p, n, pos_lq, neg_lq, mask, 0.8), (pos, neg)
-    )
+    for num_true in (None, 2):
+        scores = make_scores(9, batch_size=3, num_samples=4, num_true=num_true)
+        pos = scores["positive_scores"].requires_grad_(True)
+        neg = scores["negative_scores"].requires_grad_(True)
+        rest = without(scores, "positive_scores", "negative_scores")
+        for fn in (sampled_softmax_from_scores, nce_from_scores):
+            assert torch.autograd.gradcheck(
+                lambda p, n, fn=fn, rest=rest: fn(p, n, **rest, temperature=0.8), (pos, neg)
+            )
     s = torch.randn(2, 5, dtype=D64, requires_grad=True)
-    lq = torch.randn(5, dtype=D64)
-    assert torch.autograd.gradcheck(lambda x: importance_sampled_log_partition(x, lq), (s,))
-    assert torch.autograd.gradcheck(lambda x: importance_weights(x, lq), (s,))
+    log_proposal = torch.randn(5, dtype=D64)
+    assert torch.autograd.gradcheck(
+        lambda x: importance_sampled_log_partition(x, log_proposal), (s,)
+    )
+    assert torch.autograd.gradcheck(lambda x: importance_weights(x, log_proposal), (s,))
     logits = torch.randn(3, 6, dtype=D64, requires_grad=True)
     assert torch.autograd.gradcheck(
         lambda x: softmax_cross_entropy(x, torch.tensor([0, 5, 2])), (logits,)
     )
 
 
-def test_gradcheck_embedding_level():
-    query, weights, bias, pos_ids = embedding_problem(10, b=3, v=12, d=3)
-    draw = LogUniformSampler(12).sample(5, unique=True, generator=gen(1))
-    args = tuple(t.clone().requires_grad_(True) for t in (query, weights, bias))
-    assert torch.autograd.gradcheck(
-        lambda q, w, b: sampled_softmax_loss(q, w, b, pos_ids, draw, temperature=0.5), args
+@pytest.mark.parametrize("num_true", [None, 2])
+def test_gradcheck_embedding_level(num_true):
+    problem = make_problem(10, batch_size=3, num_classes=12, dim=3, num_true=num_true)
+    pos_ids = problem["positive_ids"]
+    draw = LogUniformSampler(12).sample(5, unique=True, generator=gen(1), positive_ids=pos_ids)
+    args = tuple(
+        problem[k].clone().requires_grad_(True) for k in ("query", "classes", "class_bias")
     )
-    assert torch.autograd.gradcheck(lambda q, w, b: nce_loss(q, w, b, pos_ids, draw), args)
+    for fn in (sampled_softmax_loss, nce_loss):
+        assert torch.autograd.gradcheck(
+            lambda q, w, b, fn=fn: fn(q, w, pos_ids, draw, class_bias=b, temperature=0.5), args
+        )
 
 
 # --------------------------------------------------------------------------- invariants
@@ -338,41 +589,48 @@ def test_gradcheck_embedding_level():
 @settings(max_examples=25, deadline=None)
 @given(v=st.integers(2, 25), b=st.integers(1, 6), seed=st.integers(0, 10_000))
 def test_every_class_sampled_once_without_correction_is_the_full_softmax(v, b, seed):
-    query, weights, bias, pos_ids = embedding_problem(seed, b=b, v=v, d=3)
+    problem = make_problem(seed, batch_size=b, num_classes=v, dim=3)
     draw = UniformSampler(v).sample(v, unique=True, generator=gen(seed))  # a permutation of V
-    sampled = sampled_softmax_loss(query, weights, bias, pos_ids, draw, subtract_log_q=False)
-    full = softmax_cross_entropy(query @ weights.T + bias, pos_ids)
+    sampled = sampled_softmax_loss(**problem, draw=draw, subtract_log_q=False)
+    logits = problem["query"] @ problem["classes"].T + problem["class_bias"]
+    full = softmax_cross_entropy(logits, problem["positive_ids"])
     torch.testing.assert_close(sampled, full)
 
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), c=st.floats(0.5, 20.0), sign=st.sampled_from([-1.0, 1.0]))
 def test_constant_on_log_q_cancels_in_softmax_not_in_nce(seed, c, sign):
-    pos, neg, pos_lq, neg_lq, mask = random_inputs(seed, b=4, k=6)
+    scores = make_scores(seed, batch_size=4, num_samples=6)
     shift = sign * c
-    base = sampled_softmax_from_scores(pos, neg, pos_lq, neg_lq, mask, reduction="none")
-    moved = sampled_softmax_from_scores(
-        pos, neg, pos_lq + shift, neg_lq + shift, mask, reduction="none"
+    moved = dict(
+        scores,
+        positive_log_q=scores["positive_log_q"] + shift,
+        negative_log_q=scores["negative_log_q"] + shift,
     )
-    torch.testing.assert_close(base, moved)
-    nce_base = nce_from_scores(pos, neg, pos_lq, neg_lq, mask, reduction="none")
-    nce_moved = nce_from_scores(pos, neg, pos_lq + shift, neg_lq + shift, mask, reduction="none")
+    base = sampled_softmax_from_scores(**scores, reduction="none")
+    torch.testing.assert_close(base, sampled_softmax_from_scores(**moved, reduction="none"))
+    nce_base = nce_from_scores(**scores, reduction="none")
+    nce_moved = nce_from_scores(**moved, reduction="none")
     assert bool(((nce_base - nce_moved).abs() > 1e-6).all())
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10_000), per_row_q=st.booleans())
-def test_masking_a_column_equals_deleting_it(seed, per_row_q):
-    pos, neg, pos_lq, neg_lq, _ = random_inputs(seed, b=4, k=6, per_row_q=per_row_q)
+@given(seed=st.integers(0, 10_000), per_row_q=st.booleans(), num_true=st.sampled_from([None, 2]))
+def test_masking_a_column_equals_deleting_it(seed, per_row_q, num_true):
+    scores = make_scores(seed, batch_size=4, num_samples=6, per_row_q=per_row_q, num_true=num_true)
     col = seed % 6
     keep = [j for j in range(6) if j != col]
     mask = torch.zeros(4, 6, dtype=torch.bool)
     mask[:, col] = True
-    neg_lq_kept = neg_lq[..., keep]
+    deleted = dict(
+        scores,
+        negative_scores=scores["negative_scores"][:, keep],
+        negative_log_q=scores["negative_log_q"][..., keep],
+        mask=None,
+    )
     for fn in (sampled_softmax_from_scores, nce_from_scores):
-        masked = fn(pos, neg, pos_lq, neg_lq, mask, reduction="none")
-        deleted = fn(pos, neg[:, keep], pos_lq, neg_lq_kept, None, reduction="none")
-        torch.testing.assert_close(masked, deleted)
+        masked = fn(**dict(scores, mask=mask), reduction="none")
+        torch.testing.assert_close(masked, fn(**deleted, reduction="none"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
@@ -380,9 +638,13 @@ def test_only_the_positive_left_gives_zero_loss_and_no_nan(dtype):
     pos = torch.tensor([2.0, -3.0, 40.0], dtype=dtype, requires_grad=True)
     neg = torch.tensor([[1.0, 5.0], [60.0, -2.0], [3.0, 3.0]], dtype=dtype, requires_grad=True)
     mask = torch.ones(3, 2, dtype=torch.bool)
-    lq = torch.tensor([-1.0, -4.0], dtype=dtype)
     loss = sampled_softmax_from_scores(
-        pos, neg, torch.full((3,), -2.0, dtype=dtype), lq, mask, reduction="none"
+        pos,
+        neg,
+        positive_log_q=torch.full((3,), -2.0, dtype=dtype),
+        negative_log_q=torch.tensor([-1.0, -4.0], dtype=dtype),
+        mask=mask,
+        reduction="none",
     )
     assert torch.equal(loss, torch.zeros(3, dtype=loss.dtype))
     loss.sum().backward()
@@ -390,20 +652,24 @@ def test_only_the_positive_left_gives_zero_loss_and_no_nan(dtype):
     assert bool((neg.grad == 0).all())
     # the embedding-level path: every sampled id is the row's own positive
     query = torch.randn(2, 3).to(dtype)
-    weights = torch.randn(5, 3).to(dtype)
+    classes = torch.randn(5, 3).to(dtype)
     draw = (torch.tensor([4, 4, 4]), torch.zeros(3, dtype=dtype), torch.zeros(2, dtype=dtype))
-    out = sampled_softmax_loss(query, weights, None, torch.tensor([4, 4]), draw, reduction="none")
+    out = sampled_softmax_loss(query, classes, torch.tensor([4, 4]), draw, reduction="none")
     assert torch.equal(out, torch.zeros(2))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_half_precision_stays_finite_and_close_to_float32(dtype):
-    pos, neg, pos_lq, neg_lq, mask = random_inputs(11, b=8, k=16, dtype=torch.float32)
-    neg = neg * 20  # large scores: a float32-min style mask would overflow in half
+    scores = make_scores(11, batch_size=8, num_samples=16, dtype=torch.float32)
+    scores["negative_scores"] = scores["negative_scores"] * 20  # large: a float32-min mask
+    # would overflow in half
     for fn in (sampled_softmax_from_scores, nce_from_scores):
-        ref = fn(pos, neg, pos_lq, neg_lq, mask, 0.1, "none")
-        p, n = pos.to(dtype).requires_grad_(True), neg.to(dtype).requires_grad_(True)
-        out = fn(p, n, pos_lq.to(dtype), neg_lq.to(dtype), mask, 0.1, "none")
+        ref = fn(**scores, temperature=0.1, reduction="none")
+        half = {k: v.to(dtype) if v.is_floating_point() else v for k, v in scores.items()}
+        p = half["positive_scores"].requires_grad_(True)
+        n = half["negative_scores"].requires_grad_(True)
+        out = fn(**half, temperature=0.1, reduction="none")
+        assert out.dtype == torch.float32
         assert bool(torch.isfinite(out).all())
         out.mean().backward()
         assert bool(torch.isfinite(p.grad.float()).all()) and bool(
@@ -429,54 +695,73 @@ def test_logistic_loss_never_sees_masked_infinities():
     "cls,fn", [(SampledSoftmaxLoss, sampled_softmax_loss), (NCELoss, nce_loss)]
 )
 def test_modules_draw_then_call_the_functional(cls, fn):
-    query, weights, bias, pos_ids = embedding_problem(12, v=50)
+    problem = make_problem(12, num_classes=50)
     counts = torch.arange(50, 0, -1).double()
     module = cls(UnigramSampler(counts), num_samples=8, temperature=0.5)
-    out = module(query, weights, bias, pos_ids, generator=gen(3))
+    out = module(**problem, generator=gen(3))
     draw = module.last_draw
     assert draw.ids.shape == (8,) and draw.unique
-    torch.testing.assert_close(out, fn(query, weights, bias, pos_ids, draw, temperature=0.5))
-    again = module(query, weights, bias, pos_ids, generator=gen(3))
+    assert draw.positive_log_q.shape == (6,)
+    torch.testing.assert_close(out, fn(**problem, draw=draw, temperature=0.5))
+    again = module(**problem, generator=gen(3))
     torch.testing.assert_close(out, again)
+
+
+def test_module_options_are_keyword_only_and_shown():
+    sampler = UniformSampler(10)
+    with pytest.raises(TypeError):
+        SampledSoftmaxLoss(sampler, 3, True)
+    module = NCELoss(sampler, 3, temperature=0.5)
+    assert "num_samples=3" in repr(module) and "remove_accidental_hits=False" in repr(module)
+    assert SampledSoftmaxLoss(sampler, 3).remove_accidental_hits is True
 
 
 # --------------------------------------------------------------------------- bad input
 
 
 def test_bad_inputs_scores_level():
-    pos, neg, pos_lq, neg_lq, mask = random_inputs(13, b=3, k=4)
+    scores = make_scores(13, batch_size=3, num_samples=4)
+    pos, neg = scores["positive_scores"], scores["negative_scores"]
     for fn in (sampled_softmax_from_scores, nce_from_scores):
         with pytest.raises(ValueError, match="batch size"):
             fn(pos[:2], neg)
         with pytest.raises(ValueError, match="negative_scores"):
             fn(pos, neg[0])
         with pytest.raises(ValueError, match="positive_scores"):
+            fn(pos[:, None, None], neg)  # 3-D positives
+        with pytest.raises(ValueError, match="positive_scores"):
+            fn(pos.long(), neg)
+        with pytest.raises(ValueError, match="must not be empty"):
             fn(pos[:0], neg[:0])  # empty batch
         with pytest.raises(ValueError, match="negative_log_q"):
-            fn(pos, neg, pos_lq, neg_lq[:3])
+            fn(**dict(scores, negative_log_q=scores["negative_log_q"][:3]))
         with pytest.raises(ValueError, match="negative_log_q"):
-            fn(pos, neg, pos_lq, torch.full((4,), float("nan"), dtype=D64))
+            fn(**dict(scores, negative_log_q=torch.full((4,), float("nan"), dtype=D64)))
         with pytest.raises(ValueError, match="positive_log_q"):
-            fn(pos, neg, torch.full((3,), math.inf, dtype=D64), neg_lq)
+            fn(**dict(scores, positive_log_q=torch.full((3,), math.inf, dtype=D64)))
         with pytest.raises(ValueError, match="positive_log_q"):
-            fn(pos, neg, pos_lq[:2], neg_lq)
+            fn(**dict(scores, positive_log_q=scores["positive_log_q"][:2]))
+        with pytest.raises(ValueError, match="positive_log_q"):
+            fn(**dict(scores, positive_log_q=scores["positive_log_q"][:, None]))  # (B, 1) vs (B,)
         with pytest.raises(ValueError, match="mask"):
-            fn(pos, neg, pos_lq, neg_lq, mask.long())
+            fn(**dict(scores, mask=scores["mask"].long()))
         with pytest.raises(ValueError, match="mask"):
-            fn(pos, neg, pos_lq, neg_lq, mask[:, :2])
+            fn(**dict(scores, mask=scores["mask"][:, :2]))
         with pytest.raises(ValueError, match="temperature"):
-            fn(pos, neg, pos_lq, neg_lq, mask, temperature=0.0)
+            fn(**scores, temperature=0.0)
         with pytest.raises(ValueError, match="reduction"):
-            fn(pos, neg, pos_lq, neg_lq, mask, reduction="avg")
-    with pytest.raises(ValueError, match="targets"):
+            fn(**scores, reduction="avg")
+        with pytest.raises(TypeError):
+            fn(pos, neg, scores["positive_log_q"])  # corrections are keyword-only
+    with pytest.raises(ValueError, match="positive_ids"):
         softmax_cross_entropy(torch.randn(2, 3), torch.tensor([0, 3]))
     with pytest.raises(ValueError, match="batch size"):
         softmax_cross_entropy(torch.randn(2, 3), torch.tensor([0]))
     with pytest.raises(ValueError, match="logits"):
         softmax_cross_entropy(torch.randn(0, 3), torch.tensor([], dtype=torch.long))
-    with pytest.raises(ValueError, match="log_q"):
+    with pytest.raises(ValueError, match="log_proposal"):
         importance_sampled_log_partition(torch.randn(2, 3), torch.randn(4))
-    with pytest.raises(ValueError, match="log_q"):
+    with pytest.raises(ValueError, match="log_proposal"):
         importance_weights(torch.randn(3), torch.tensor([0.0, float("nan"), 0.0]))
     with pytest.raises(ValueError, match="scores"):
         importance_weights(torch.randn(2, 0), torch.randn(1))
@@ -485,30 +770,45 @@ def test_bad_inputs_scores_level():
 
 
 def test_bad_inputs_embedding_level():
-    query, weights, bias, pos_ids = embedding_problem(14, b=3, v=10, d=4)
+    problem = make_problem(14, batch_size=3, num_classes=10, dim=4)
+    query = problem["query"]
     good = (torch.tensor([1, 2]), torch.zeros(2, dtype=D64), torch.zeros(3, dtype=D64))
     for fn in (sampled_softmax_loss, nce_loss, sampled_logistic_loss, negative_sampling_loss):
         with pytest.raises(ValueError, match="positive_ids"):
-            fn(query, weights, bias, torch.tensor([0, 1, 10]), good)
-        with pytest.raises(ValueError, match="sampled_ids"):
-            fn(query, weights, bias, pos_ids, (torch.tensor([1, 10]),) + good[1:])
-        with pytest.raises(ValueError, match="embedding dimension"):
-            fn(query[:, :3], weights, bias, pos_ids, good)
-        with pytest.raises(ValueError, match="batch size"):
-            fn(query[:2], weights, bias, pos_ids, good)
-        with pytest.raises(ValueError, match="class_bias"):
-            fn(query, weights, bias[:5], pos_ids, good)
-        with pytest.raises(ValueError, match="draw"):
-            fn(query, weights, bias, pos_ids, good[:2])
-        with pytest.raises(ValueError, match="sampled_log_q"):
-            fn(query, weights, bias, pos_ids, (good[0], torch.zeros(3, dtype=D64), good[2]))
+            fn(**dict(problem, positive_ids=torch.tensor([0, 1, 10])), draw=good)
         with pytest.raises(ValueError, match="positive_ids"):
-            fn(query[:0], weights, bias, pos_ids[:0], (good[0], good[1], good[2][:0]))
+            fn(**dict(problem, positive_ids=torch.tensor([0.0, 1.0, 2.0])), draw=good)
+        with pytest.raises(ValueError, match="sampled_ids"):
+            fn(**problem, draw=(torch.tensor([1, 10]),) + good[1:])
+        with pytest.raises(ValueError, match="embedding dimension"):
+            fn(**dict(problem, query=query[:, :3]), draw=good)
+        with pytest.raises(ValueError, match="batch size"):
+            fn(**dict(problem, query=query[:2]), draw=good)
+        with pytest.raises(ValueError, match="class_bias"):
+            fn(**dict(problem, class_bias=problem["class_bias"][:5]), draw=good)
+        with pytest.raises(ValueError, match="draw"):
+            fn(**problem, draw=good[:2])
+        with pytest.raises(ValueError, match="sampled_log_q"):
+            fn(**problem, draw=(good[0], torch.zeros(3, dtype=D64), good[2]))
+        with pytest.raises(ValueError, match="must not be empty"):
+            fn(
+                **dict(problem, query=query[:0], positive_ids=problem["positive_ids"][:0]),
+                draw=(good[0], good[1], good[2][:0]),
+            )
+        with pytest.raises(ValueError, match="classes"):
+            fn(**dict(problem, classes="item tower"), draw=good)
+        with pytest.raises(ValueError, match="item encoder"):
+            fn(**dict(problem, classes=lambda ids: torch.zeros(len(ids), 3)), draw=good)
+        with pytest.raises(TypeError):
+            fn(query, problem["classes"], problem["positive_ids"], good, problem["class_bias"])
+    with pytest.raises(ValueError, match="positive_log_q"):
+        # the draw's positive_log_q must have positive_ids' shape
+        sampled_softmax_loss(**problem, draw=(good[0], good[1], torch.zeros(3, 1, dtype=D64)))
     # a true id that the proposal cannot draw has log Q = -inf: refused, not NaN
     sampler = UniformSampler(10, exclude=[0])
-    draw = sampler.sample(3, generator=gen(0))
+    draw = sampler.sample(3, generator=gen(0), positive_ids=torch.tensor([0, 1, 2]))
     with pytest.raises(ValueError, match="positive_log_q"):
-        sampled_softmax_loss(query, weights, bias, torch.tensor([0, 1, 2]), draw)
+        sampled_softmax_loss(**dict(problem, positive_ids=torch.tensor([0, 1, 2])), draw=draw)
     with pytest.raises(ValueError, match="num_samples"):
         SampledSoftmaxLoss(sampler, num_samples=0)
     with pytest.raises(ValueError, match="num_samples"):

@@ -105,16 +105,23 @@ def test_draw_shapes_and_dtypes(name, unique):
     d = s.sample(12, unique=unique, generator=g)
     assert isinstance(d, CandidateDraw)
     assert d.ids.shape == (12,) and d.ids.dtype == torch.int64
-    assert d.log_expected_count.shape == (12,) and d.log_expected_count.dtype == torch.float32
+    assert d.log_q.shape == (12,) and d.log_q.dtype == torch.float32
     assert d.unique is unique and d.num_samples == 12
+    assert d.positive_log_q is None  # drawn without positive_ids
     assert bool((d.ids > 0).all()) and bool((d.ids < V).all())  # id 0 excluded
     if unique:
         assert d.ids.unique().numel() == 12
         assert d.num_tries >= 12
     else:
         assert d.num_tries == 12
-    torch.testing.assert_close(d.log_expected_count, s.log_expected_count(d.ids, d))
-    torch.testing.assert_close(d.log_expected_count, d.log_expected_count_of(d.ids))
+    torch.testing.assert_close(d.log_q, s.log_q(d.ids, d))
+    # with positive_ids the same draw also reports their log expected count
+    positive_ids = torch.tensor([[1, 2], [V - 1, 5]])
+    g2 = torch.Generator().manual_seed(0)
+    d2 = s.sample(12, unique=unique, generator=g2, positive_ids=positive_ids)
+    assert torch.equal(d2.ids, d.ids) and d2.num_tries == d.num_tries
+    assert d2.positive_log_q.shape == (2, 2) and d2.positive_log_q.dtype == torch.float32
+    torch.testing.assert_close(d2.positive_log_q, s.log_q(positive_ids, d2))
 
 
 @pytest.mark.parametrize("name", SAMPLERS)
@@ -158,8 +165,8 @@ def test_ten_million_classes_and_65536_samples(cls):
     assert d.ids.shape == (k,) and int(d.ids.min()) >= 1 and int(d.ids.max()) < n
     u = s.sample(k, unique=True, generator=g)
     assert u.ids.unique().numel() == k and u.num_tries >= k
-    assert bool(torch.isfinite(u.log_expected_count).all())
-    assert bool((u.log_expected_count <= 0).all())  # an inclusion probability is <= 1
+    assert bool(torch.isfinite(u.log_q).all())
+    assert bool((u.log_q <= 0).all())  # an inclusion probability is <= 1
 
 
 def test_log_uniform_reaches_the_tail_of_ten_million():
@@ -188,8 +195,8 @@ def test_unigram_million_classes():
 
 def test_log_expected_count_formulas_brute_force():
     p = torch.tensor([0.0, 1e-9, 1e-3, 0.3, 1.0], dtype=torch.float64)
-    with_repl = log_expected_count(p, 7, 7, unique=False)
-    uniq = log_expected_count(p, 7, 19, unique=True)
+    with_repl = log_expected_count(p, num_samples=7, num_tries=7, unique=False)
+    uniq = log_expected_count(p, num_samples=7, num_tries=19, unique=True)
     for i, pi in enumerate(p.tolist()):
         ref_r = math.log(7 * pi) if pi > 0 else -math.inf
         ref_u = math.log(1 - (1 - pi) ** 19) if pi > 0 else -math.inf
@@ -210,7 +217,7 @@ def _empirical(name: str, unique: bool, k: int, trials: int, seed: int = 0):
         d = s.sample(k, unique=unique, generator=g)
         ids.append(d.ids)
         tries.append(d.num_tries)
-    last = s.log_expected_count(all_ids, d).double().exp()  # the sampler's own report...
+    last = s.log_q(all_ids, d).double().exp()  # the sampler's own report...
     p = s.probs.double()
     t = torch.tensor(tries, dtype=torch.float64)[:, None]
     if unique:  # ...checked against the formula, then the formula is averaged over trials
@@ -257,7 +264,7 @@ def test_unique_expected_count_understates_when_k_is_all_classes():
     # the documented limit of 1 - (1 - p)^tries: with k = |V| every id is included
     s = make("log_uniform", num_classes=10)
     d = s.sample(9, unique=True, generator=torch.Generator().manual_seed(0))
-    e = d.log_expected_count.exp()
+    e = d.log_q.exp()
     assert bool((e <= 1).all()) and float(e.min()) < 1
 
 
@@ -306,23 +313,29 @@ def test_bad_ids_generator_and_draw():
     s = UniformSampler(10)
     d = s.sample(3)
     with pytest.raises(ValueError, match="ids"):
-        s.log_expected_count(torch.tensor([10]), d)
+        s.log_q(torch.tensor([10]), d)
     with pytest.raises(ValueError, match="ids"):
-        s.log_expected_count(torch.tensor([-1]), d)
+        s.log_q(torch.tensor([-1]), d)
     with pytest.raises(ValueError, match="ids"):
-        s.log_expected_count(torch.tensor([1.0]), d)
+        s.log_q(torch.tensor([1.0]), d)
     with pytest.raises(ValueError, match="draw"):
-        s.log_expected_count(torch.tensor([1]), (d.ids, d.log_expected_count))
+        s.log_q(torch.tensor([1]), (d.ids, d.log_q))
     with pytest.raises(ValueError, match="generator"):
         s.sample(3, generator="seed")
     with pytest.raises(ValueError, match="unique"):
         s.sample(3, unique=1)
+    with pytest.raises(TypeError):
+        s.sample(3, True)
+    with pytest.raises(ValueError, match=r"positive_ids must lie in \[0, 10\)"):
+        s.sample(3, positive_ids=torch.tensor([0, 10]))
+    with pytest.raises(ValueError, match="positive_ids must be an integer"):
+        s.sample(3, positive_ids=torch.tensor([0.0, 1.0]))
 
 
 def test_excluded_true_id_has_minus_infinite_log_count():
     s = UnigramSampler(torch.ones(5), exclude=[2])
     d = s.sample(3, unique=True, generator=torch.Generator().manual_seed(0))
-    out = s.log_expected_count(torch.tensor([[2, 3]]), d)
+    out = s.log_q(torch.tensor([[2, 3]]), d)
     assert out.shape == (1, 2)
     assert out[0, 0] == -math.inf and math.isfinite(out[0, 1].item())
 
@@ -343,7 +356,7 @@ def test_float32_only_device_path(name, monkeypatch):
     b = s.sample(15, unique=True, generator=torch.Generator().manual_seed(0))
     assert torch.equal(a.ids, b.ids) and a.ids.unique().numel() == 15
     assert int(a.ids.min()) >= 1
-    assert bool(torch.isfinite(a.log_expected_count).all())
+    assert bool(torch.isfinite(a.log_q).all())
 
 
 @settings(max_examples=40, deadline=None)

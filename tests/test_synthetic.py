@@ -1,3 +1,6 @@
+"""Synthetic softmax problems (chapters 1–4): known posteriors, Zipfian labels, bad input."""
+
+import dataclasses
 import math
 
 import pytest
@@ -31,7 +34,7 @@ def test_softmax_problem_posterior_is_bayes_rule():
 def test_softmax_problem_labels_follow_the_prior():
     problem = make_softmax_problem(50, dim=4, seed=2)
     batch = problem.sample(200_000, torch.Generator().manual_seed(0))
-    freq = torch.bincount(batch.y, minlength=50).double() / 200_000
+    freq = torch.bincount(batch.positive_ids, minlength=50).double() / 200_000
     prior = problem.prior.double()
     sigma = torch.sqrt(prior * (1 - prior) / 200_000)
     assert torch.all((freq - prior).abs() < 5 * sigma + 1e-12)
@@ -44,11 +47,25 @@ def test_context_problem_joint_sampling_matches_table():
     n = 200_000
     batch = problem.sample(n, torch.Generator().manual_seed(1))
     counts = torch.zeros(4, 30, dtype=torch.float64)
-    counts.index_put_((batch.context_ids, batch.y), torch.ones(n, dtype=torch.float64), accumulate=True)
+    counts.index_put_(
+        (batch.context_ids, batch.positive_ids), torch.ones(n, dtype=torch.float64), accumulate=True
+    )
     joint = table / 4
     sigma = torch.sqrt(joint * (1 - joint) / n)
     assert torch.all((counts / n - joint).abs() < 5 * sigma + 1e-12)
-    assert torch.equal(batch.x, problem.contexts[batch.context_ids])
+    assert torch.equal(batch.query, problem.contexts[batch.context_ids])
+
+
+def test_batch_fields_use_the_package_vocabulary():
+    problem = make_softmax_problem(12, dim=3, seed=4)
+    batch = problem.sample(9, torch.Generator().manual_seed(2))
+    assert [f.name for f in dataclasses.fields(batch)] == ["query", "positive_ids", "context_ids"]
+    assert batch.query.shape == (9, 3) and batch.query.dtype == torch.float32
+    assert batch.positive_ids.shape == (9,) and batch.positive_ids.dtype == torch.int64
+    assert batch.context_ids is None
+    again = problem.sample(9, torch.Generator().manual_seed(2))
+    assert torch.equal(batch.query, again.query)
+    assert torch.equal(batch.positive_ids, again.positive_ids)
 
 
 def test_same_seed_same_problem_and_different_seed_differs():
@@ -59,7 +76,7 @@ def test_same_seed_same_problem_and_different_seed_differs():
 
 def test_log_probs_normalised_and_finite():
     problem = make_softmax_problem(1000, dim=8, separation=3.0, seed=0)
-    lp = problem.log_probs(problem.sample(64).x)
+    lp = problem.log_probs(problem.sample(64).query)
     assert torch.isfinite(lp).all()
     assert torch.allclose(lp.exp().sum(-1), torch.ones(64), atol=1e-4)
     assert math.isclose(float(problem.prior.sum()), 1.0, rel_tol=1e-5)

@@ -4,9 +4,11 @@ import pandas as pd
 import pytest
 import torch
 
-from candidate_sampling.losses import in_batch_softmax_loss
+from candidate_sampling.frequency import item_counts, item_probabilities
+from candidate_sampling.losses import RetrievalLoss, in_batch_softmax_loss
 from candidate_sampling.metrics import retrieval_metrics
 from candidate_sampling.models import ItemTower, TwoTowerModel, UserTower
+from candidate_sampling.samplers import UniformSampler
 from candidate_sampling.train import OptimizerGroup, iterate_batches, make_optimizer, train
 
 
@@ -28,12 +30,13 @@ def test_train_learns_a_planted_structure(sparse):
     model = TwoTowerModel(UserTower(40, None, 8, sparse=sparse), ItemTower(8, 8, sparse=sparse))
 
     def loss_fn(m, batch):
-        u, v = m(batch[0], batch[1])
-        return in_batch_softmax_loss(u, v, batch[1])
+        user_ids, item_ids = batch
+        u, v = m(item_ids, user_ids=user_ids)
+        return in_batch_softmax_loss(u, v, candidate_ids=item_ids)
 
     def evaluate(m):
         return retrieval_metrics(
-            m.user_tower.user_embedding.weight,
+            m.user_tower.all_users(),
             m.item_tower.all_items(),
             torch.arange(40),
             torch.arange(40) % 8,
@@ -55,6 +58,29 @@ def test_train_learns_a_planted_structure(sparse):
     assert df["epoch"].tolist() == list(range(1, 9))
     assert df["loss"].iloc[-1] < df["loss"].iloc[0]
     assert df["hit_rate@1"].iloc[-1] > 0.9
+
+
+def test_train_with_the_retrieval_task_module():
+    """RetrievalLoss (log Q from item frequencies, uniform extras) drops into the loop."""
+    torch.manual_seed(1)
+    users = torch.arange(40).repeat(5)
+    items = users % 8
+    model = TwoTowerModel(UserTower(40, None, 8), ItemTower(8, 8))
+    task = RetrievalLoss(
+        temperature=0.5,
+        item_probabilities=item_probabilities(item_counts(items, 8)),
+        sampler=UniformSampler(8),
+        num_samples=4,
+    )
+    generator = torch.Generator().manual_seed(0)
+
+    def loss_fn(m, batch):
+        user_ids, item_ids = batch
+        u, v = m(item_ids, user_ids=user_ids)
+        return task(u, v, item_ids, item_encoder=m.item_tower, generator=generator)
+
+    df = train(model, loss_fn, (users, items), epochs=4, batch_size=32, progress=False)
+    assert df["loss"].notna().all() and df["loss"].iloc[-1] < df["loss"].iloc[0]
 
 
 def test_adam_with_sparse_and_dense_parameters_is_a_group():

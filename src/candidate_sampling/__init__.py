@@ -14,10 +14,20 @@ The package behind the book *Candidate Sampling*. Modules, one concept each:
 
 Conventions (see the notation page of the book): logits are ``s / τ − log Q`` where Q is a
 candidate's expected count in the sampled set; masks are finite (``finfo.min / 2``);
-losses average over examples unless ``reduction`` says otherwise.
+losses average over examples unless ``reduction`` says otherwise; options are keyword-only.
+Value checks that force a device sync can be switched off with ``set_validate_args(False)``.
 """
 
-from candidate_sampling.device import get_device, seed_everything
+from candidate_sampling._validate import get_validate_args, set_validate_args, validate_args
+from candidate_sampling.device import get_device, seed_everything, time_calls
 
-__version__ = "0.1.0"
-__all__ = ["get_device", "seed_everything", "__version__"]
+__version__ = "0.2.0"
+__all__ = [
+    "get_device",
+    "get_validate_args",
+    "seed_everything",
+    "set_validate_args",
+    "time_calls",
+    "validate_args",
+    "__version__",
+]

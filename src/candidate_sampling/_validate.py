@@ -1,13 +1,57 @@
-"""Argument checks shared by the package: fail fast, name the argument, say what was expected."""
+"""Argument checks shared by the package: fail fast, name the argument, say what was expected.
+
+Two kinds of check:
+
+* **Shape and dtype checks** (:func:`check_tensor`, :func:`check_same`, ...) read only
+  metadata, cost nothing on any device, and always run.
+* **Value checks** (:func:`check_ids`, :func:`check_finite`, :func:`check_probabilities`)
+  read tensor *values*, which forces a device synchronisation on a GPU. They run while
+  :func:`get_validate_args` is True (the default), like ``torch.distributions``'
+  ``validate_args``; a training loop that has been debugged can turn them off with
+  ``candidate_sampling.set_validate_args(False)`` or, for a block of code, with
+  ``with candidate_sampling.validate_args(False): ...``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
 REDUCTIONS = ("mean", "sum", "none")
+
+_VALIDATE = True
+
+
+def set_validate_args(value: bool) -> None:
+    """Turn the package's value checks (id ranges, finiteness, probability ranges) on or off.
+
+    Shape and dtype checks are always on. Off saves the device synchronisations those
+    checks force (several per loss call on a GPU); bad values then give torch's own error,
+    or a wrong answer, instead of a ``ValueError`` naming the argument.
+    """
+    global _VALIDATE
+    if not isinstance(value, bool):
+        raise ValueError(f"value must be a bool, got {type(value).__name__}")
+    _VALIDATE = value
+
+
+def get_validate_args() -> bool:
+    """Whether value checks run (True by default)."""
+    return _VALIDATE
+
+
+@contextlib.contextmanager
+def validate_args(value: bool) -> Iterator[None]:
+    """Context manager: value checks on or off inside the block, restored afterwards."""
+    previous = _VALIDATE
+    set_validate_args(value)
+    try:
+        yield
+    finally:
+        set_validate_args(previous)
 
 
 def check_positive(name: str, value: float) -> float:
@@ -15,6 +59,8 @@ def check_positive(name: str, value: float) -> float:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"{name} must be a scalar, got a tensor of shape {tuple(value.shape)}")
+        if not _VALIDATE:
+            return value
         checked = float(value.detach())
     else:
         checked = float(value)
@@ -72,10 +118,12 @@ def check_same(what: str, **sizes: int) -> None:
 
 
 def check_ids(name: str, ids: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """Integer ids must lie in ``[0, num_classes)``."""
+    """Integer ids must lie in ``[0, num_classes)`` (the range is a value check)."""
+    if not isinstance(ids, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of ids, got {type(ids).__name__}")
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise ValueError(f"{name} must be an integer tensor of ids, got {ids.dtype}")
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_classes):
+    if _VALIDATE and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_classes):
         raise ValueError(
             f"{name} must lie in [0, {num_classes}), got values in "
             f"[{int(ids.min())}, {int(ids.max())}]"
@@ -84,8 +132,8 @@ def check_ids(name: str, ids: torch.Tensor, num_classes: int) -> torch.Tensor:
 
 
 def check_finite(name: str, tensor: torch.Tensor) -> torch.Tensor:
-    """No NaN or infinity allowed (probabilities, log Q, counts)."""
-    if not bool(torch.isfinite(tensor).all()):
+    """No NaN or infinity allowed (probabilities, log Q, counts); a value check."""
+    if _VALIDATE and not bool(torch.isfinite(tensor).all()):
         raise ValueError(f"{name} must be finite, got NaN or infinite entries")
     return tensor
 
@@ -94,3 +142,32 @@ def check_reduction(reduction: str) -> str:
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     return reduction
+
+
+def check_probabilities(name: str, probs: torch.Tensor) -> torch.Tensor:
+    """A floating tensor with every value in [0, 1] (NaN rejected); the range is a value check."""
+    if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor of probabilities")
+    if _VALIDATE and probs.numel() and not bool(((probs >= 0) & (probs <= 1)).all()):
+        bad = probs[~((probs >= 0) & (probs <= 1))][0].item()
+        raise ValueError(f"{name} must lie in [0, 1], got {bad!r}")
+    return probs
+
+
+def common_float_dtype(**tensors: torch.Tensor | None) -> torch.dtype:
+    """The dtype a loss computes in: the promotion of the inputs' float dtypes, >= float32.
+
+    Mixed inputs (a float64 query with a float32 table) are promoted as
+    ``torch.promote_types`` does, the way ``torch.nn.functional`` promotes its operands;
+    float16 and bfloat16 are computed in float32, so ``s / τ`` cannot overflow.
+    """
+    dtype = None
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating-point tensor, got {t.dtype}")
+        dtype = t.dtype if dtype is None else torch.promote_types(dtype, t.dtype)
+    if dtype is None or dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    return torch.promote_types(dtype, torch.float32)

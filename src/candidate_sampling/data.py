@@ -61,8 +61,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pooch
+import torch
+
+from candidate_sampling._validate import check_int_range, check_same, check_tensor
 
 __all__ = [
     "DATA_ENV_VAR",
@@ -71,7 +75,11 @@ __all__ = [
     "MovieLens",
     "MovieLensUnavailable",
     "default_cache_dir",
+    "history_windows",
+    "interactions",
     "load_movielens_100k",
+    "random_split",
+    "sequences",
 ]
 
 MOVIELENS_CITATION = (
@@ -453,3 +461,106 @@ def _unavailable_message(folder: Path, sources: Sequence[Source], tried: Sequenc
         "The file is checked against the hash above before it is used."
     )
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- tensors for training
+
+
+def interactions(movielens: MovieLens) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every rating as a 0-based ``(user_index, item_index)`` pair of int64 tensors (n,).
+
+    ``user_index = user_id − 1`` and ``item_index = item_id − 1``, in the order of
+    ``movielens.ratings``; indices are what the models' embedding tables take.
+    """
+    if not isinstance(movielens, MovieLens):
+        raise ValueError(f"movielens must be a MovieLens, got {type(movielens).__name__}")
+    ratings = movielens.ratings
+    users = torch.as_tensor(ratings["user_id"].to_numpy() - 1, dtype=torch.int64)
+    items = torch.as_tensor(ratings["item_id"].to_numpy() - 1, dtype=torch.int64)
+    return users, items
+
+
+def random_split(
+    num: int, *, train_fraction: float = 0.8, seed: int = 42
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A seeded random split of ``range(num)``: ``(train_index, test_index)``, int64.
+
+    The first ``round(train_fraction · num)`` positions of a NumPy permutation
+    (``default_rng(seed)``) are the training rows, the rest the test rows — TF
+    Recommenders' tutorial's 80/20 split of MovieLens-100K with seed 42 (TF's own shuffle
+    is another generator, so the rows differ; the statistics do not).
+    """
+    if isinstance(num, bool) or not isinstance(num, int) or num < 2:
+        raise ValueError(f"num must be an int >= 2, got {num!r}")
+    if not 0 < train_fraction < 1:
+        raise ValueError(f"train_fraction must lie in (0, 1), got {train_fraction!r}")
+    cut = int(round(train_fraction * num))
+    if not 0 < cut < num:
+        raise ValueError(
+            f"train_fraction={train_fraction!r} of num={num} leaves an empty split "
+            f"({cut} training rows)"
+        )
+    order = torch.from_numpy(np.random.default_rng(seed).permutation(num))
+    return order[:cut], order[cut:]
+
+
+def history_windows(
+    user_index: torch.Tensor, item_index: torch.Tensor, position: torch.Tensor, length: int
+) -> torch.Tensor:
+    """``(n, length)`` padded windows of the items *before* each event in a time-sorted log.
+
+    ``user_index``, ``item_index``: (n,) events sorted by user, then time; ``position``:
+    (n,) the event's 0-based position within its user's sequence. Row ``e`` holds the
+    ``length`` items that precede event ``e`` in the same user's sequence, oldest first,
+    left-padded with ``-1`` (the padding :class:`~candidate_sampling.models.UserTower`
+    ignores). No window reaches into another user's events or starts at a negative index
+    (the source post's slice did both).
+    """
+    check_tensor("user_index", user_index, ("n",), floating=False)
+    check_tensor("item_index", item_index, ("n",), floating=False)
+    check_tensor("position", position, ("n",), floating=False)
+    check_same(
+        "number of events n",
+        user_index=user_index.shape[0],
+        item_index=item_index.shape[0],
+        position=position.shape[0],
+    )
+    check_int_range("length", length, 1)
+    n = item_index.shape[0]
+    first = torch.arange(n, device=item_index.device) - position  # each user's first event
+    window = (
+        torch.arange(n, device=item_index.device)[:, None]
+        - length
+        + torch.arange(length, device=item_index.device)[None, :]
+    )
+    return torch.where(
+        window >= first[:, None], item_index[window.clamp_min(0)], torch.full_like(window, -1)
+    )
+
+
+def sequences(movielens: MovieLens, length: int) -> dict[str, torch.Tensor]:
+    """Each user's ratings in time order, with the history window before every event.
+
+    Returns tensors of length n (all ratings): ``user_index``, ``item_index`` (the event's
+    movie, the prediction target), ``position`` within the user's sequence,
+    ``history`` (n, length) from :func:`history_windows`, and the boolean masks
+    ``is_last`` (each user's last rating: the leave-last-out test event) and ``is_train``
+    (every earlier event with at least one movie before it). Ties in time keep the file
+    order (a stable sort).
+    """
+    if not isinstance(movielens, MovieLens):
+        raise ValueError(f"movielens must be a MovieLens, got {type(movielens).__name__}")
+    by_time = movielens.ratings.sort_values(["user_id", "timestamp"], kind="stable")
+    user_index = torch.as_tensor(by_time["user_id"].to_numpy() - 1, dtype=torch.int64)
+    item_index = torch.as_tensor(by_time["item_id"].to_numpy() - 1, dtype=torch.int64)
+    position = torch.as_tensor(by_time.groupby("user_id").cumcount().to_numpy(), dtype=torch.int64)
+    is_last = torch.ones(len(item_index), dtype=torch.bool)
+    is_last[:-1] = user_index[1:] != user_index[:-1]
+    return {
+        "user_index": user_index,
+        "item_index": item_index,
+        "position": position,
+        "history": history_windows(user_index, item_index, position, length),
+        "is_last": is_last,
+        "is_train": (position >= 1) & ~is_last,
+    }

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import random
+import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -63,3 +66,37 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
+
+
+def time_calls(
+    fn: Callable[[], Any],
+    *,
+    device: torch.device | str | None = None,
+    repeats: int = 5,
+    warmup: int = 1,
+    min_seconds: float = 0.0,
+    max_repeats: int = 1000,
+) -> list[float]:
+    """Seconds taken by each call of ``fn``, with the device synchronised around every call.
+
+    ``warmup`` untimed calls first (allocator, kernel selection); then at least ``repeats``
+    timed calls, more (up to ``max_repeats``) until ``min_seconds`` of timed work have
+    accumulated. ``device`` (default: :func:`get_device`) is synchronised so a GPU's
+    queued kernels are counted. Report the median or the minimum, and compare timings
+    only as ratios measured in the same run: absolute times depend on the machine.
+    """
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+        raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    device = torch.device(device) if device is not None else get_device()
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    times: list[float] = []
+    while len(times) < repeats or (sum(times) < min_seconds and len(times) < max_repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times

@@ -7,11 +7,19 @@ candidate with a probability that grows with its popularity. The correction subt
 
 * :func:`item_counts` / :func:`item_probabilities` — exact counts over a training set,
   ``p(y) = count(y) / N``: the per-draw probability of ``y`` as a batch positive.
-* :func:`batch_inclusion_probability` — ``1 − (1 − p)^B``: the probability that ``y``
-  is among the ``B`` positives of a batch drawn with replacement.
+* :func:`inclusion_probability` — ``1 − (1 − p)^n``: the probability that ``y`` is among
+  ``n`` draws with replacement (``n = B`` for the positives of a batch); the formula
+  lives here only, the samplers call it.
+* :func:`mixed_log_q` — ``log Q*`` for mixed negatives (batch positives plus ``B'``
+  sampled extras), three readings of it.
 * :class:`StreamingFrequencyEstimator` — Yi et al. (2019), Algorithm 2: estimate each
   item's probability of appearing in a batch from the stream of batches alone, with
-  hashed arrays of fixed size, adapting when popularity drifts.
+  hashed arrays of fixed size, adapting when popularity drifts
+  (:meth:`~StreamingFrequencyEstimator.log_inclusion`).
+
+Vocabulary: ``log_q`` is always the log *expected count* of a candidate in the candidate
+set; ``log_inclusion`` is the log probability that it is in the set at all. The two agree
+for rare items (``n·p ≪ 1``) and part for popular ones.
 """
 
 from __future__ import annotations
@@ -24,14 +32,18 @@ from candidate_sampling._validate import (
     check_ids,
     check_int_range,
     check_positive,
+    check_probabilities,
     check_tensor,
+    get_validate_args,
 )
 
 __all__ = [
+    "MIXED_Q_FORMS",
     "StreamingFrequencyEstimator",
-    "batch_inclusion_probability",
+    "inclusion_probability",
     "item_counts",
     "item_probabilities",
+    "mixed_log_q",
 ]
 
 
@@ -53,27 +65,89 @@ def item_probabilities(counts: torch.Tensor) -> torch.Tensor:
     check_tensor("counts", counts, ("V",))
     counts = counts.to(torch.float64)
     check_finite("counts", counts)
-    if bool((counts < 0).any()):
-        raise ValueError("counts must be non-negative")
     total = counts.sum()
-    if float(total) <= 0:
-        raise ValueError("counts must have a positive sum")
+    if get_validate_args():
+        if bool((counts < 0).any()):
+            raise ValueError("counts must be non-negative")
+        if float(total) <= 0:
+            raise ValueError("counts must have a positive sum")
     return (counts / total).to(torch.float32)
 
 
-def batch_inclusion_probability(probs: torch.Tensor, batch_size: int) -> torch.Tensor:
-    """Probability that an item is among ``B`` draws with replacement: ``1 − (1 − p)^B``.
+def inclusion_probability(probs: torch.Tensor, num_draws: int) -> torch.Tensor:
+    """Probability that an item is among ``n`` independent draws: ``1 − (1 − p)^n``.
 
-    Computed as ``−expm1(B · log1p(−p))`` so that it stays accurate for tiny ``p``
-    (where it is ≈ ``B·p``, the expected count) and saturates at 1 for popular items.
-    ``probs``: any shape, values in [0, 1]. Returns the same shape and dtype. Chapter 5.
+    Computed as ``−expm1(n · log1p(−p))`` so that it stays accurate for tiny ``p``
+    (where it is ≈ ``n·p``, the expected count) and saturates at 1 for popular items.
+    This is the one place the formula lives: the unique samplers' expected counts, the
+    in-batch inclusion probability (``n = B``) and :func:`mixed_log_q`'s ``"inclusion"``
+    form all call it. ``probs``: any shape, values in [0, 1]; returns the same shape and
+    dtype (float64 inputs stay float64). Chapters 4 and 5.
     """
+    check_int_range("num_draws", num_draws, 0)
+    check_probabilities("probs", probs)
+    if num_draws == 0:  # no draws, nothing included (0 · log1p(−1) would be NaN at p = 1)
+        return torch.zeros_like(probs)
+    return -torch.expm1(num_draws * torch.log1p(-probs))
+
+
+MIXED_Q_FORMS = ("expected_count", "mixture", "inclusion")
+
+
+def mixed_log_q(
+    batch_probs: torch.Tensor,
+    extra_probs: torch.Tensor,
+    *,
+    batch_size: int,
+    num_samples: int,
+    form: str = "expected_count",
+) -> torch.Tensor:
+    """``log Q*(y)`` of a candidate under mixed negatives, for three readings of Yang et al.
+
+    ``batch_probs`` ``q(y)``: the probability that one batch positive is ``y`` (the unigram
+    frequency of ``y`` as a training positive); ``extra_probs`` ``r(y)``: the extra
+    sampler's per-draw probability (``1/|V|`` for uniform). Same shape, any shape.
+    ``batch_size`` = B, ``num_samples`` = B' extra negatives.
+
+    * ``"expected_count"``: ``Q* = B·q + B'·r`` — the expected number of columns holding
+      ``y``: log Q in the package's (and TF's) sense, the default.
+    * ``"mixture"``: ``Q* = (B·q + B'·r) / (B + B')`` — the per-column probability of the
+      mixture: the expected count over the constant ``B + B'``, so under a softmax it
+      gives *exactly* the same loss, provided every column uses it.
+    * ``"inclusion"``: ``Q* = 1 − (1 − q)^B (1 − r)^{B'}`` — the probability that ``y`` is
+      among the candidates at least once. It equals the expected count for rare items and
+      saturates at 1 for popular ones, so it corrects popular items less.
+
+    Returns float32 ``log Q*`` of the inputs' shape; raises if some ``Q* = 0`` (an item
+    neither source can draw). Chapter 5.
+    """
+    if form not in MIXED_Q_FORMS:
+        raise ValueError(f"form must be one of {MIXED_Q_FORMS}, got {form!r}")
     check_int_range("batch_size", batch_size, 1)
-    if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
-        raise ValueError("probs must be a floating-point tensor of probabilities")
-    if probs.numel() and (bool((probs < 0).any()) or bool((probs > 1).any())):
-        raise ValueError("probs must lie in [0, 1]")
-    return -torch.expm1(batch_size * torch.log1p(-probs))
+    check_int_range("num_samples", num_samples, 0)
+    check_probabilities("batch_probs", batch_probs)
+    check_probabilities("extra_probs", extra_probs)
+    if batch_probs.shape != extra_probs.shape:
+        raise ValueError(
+            f"batch_probs and extra_probs must have the same shape, got "
+            f"{tuple(batch_probs.shape)} and {tuple(extra_probs.shape)}"
+        )
+    q = batch_probs.to(torch.float64)
+    r = extra_probs.to(torch.float64)
+    if form == "inclusion":
+        log_missed = batch_size * torch.log1p(-q)
+        if num_samples:  # B' = 0 draws miss surely (0 · log1p(−1) would be NaN at r = 1)
+            log_missed = log_missed + num_samples * torch.log1p(-r)
+        value = -torch.expm1(log_missed)
+    else:
+        value = batch_size * q + num_samples * r
+        if form == "mixture":
+            value = value / (batch_size + num_samples)
+    if get_validate_args() and value.numel() and bool((value <= 0).any()):
+        raise ValueError(
+            "Q* must be > 0 for every candidate: an item with q = r = 0 cannot be drawn"
+        )
+    return torch.log(value).to(torch.float32)
 
 
 class StreamingFrequencyEstimator:
@@ -148,11 +222,11 @@ class StreamingFrequencyEstimator:
         """``(*ids.shape, num_hashes)`` bucket indices of ``ids``."""
         if ids.is_floating_point() or ids.dtype == torch.bool:
             raise ValueError(f"ids must be an integer tensor of ids, got {ids.dtype}")
-        if ids.numel() and int(ids.min()) < 0:
+        if get_validate_args() and ids.numel() and int(ids.min()) < 0:
             raise ValueError(f"ids must be non-negative, got min {int(ids.min())}")
         ids = ids.to(self.device)
         if not self.hash_ids:
-            if ids.numel() and int(ids.max()) >= self.num_buckets:
+            if get_validate_args() and ids.numel() and int(ids.max()) >= self.num_buckets:
                 raise ValueError(
                     f"ids must lie in [0, {self.num_buckets}) when hash_ids=False, "
                     f"got max {int(ids.max())}"
@@ -191,6 +265,11 @@ class StreamingFrequencyEstimator:
         gaps = torch.where(unseen, torch.full_like(gaps, self.step + 1.0), gaps)
         return (1.0 / gaps.max(dim=-1).values.clamp_min(1.0)).to(torch.float32)
 
-    def log_q(self, ids: torch.Tensor) -> torch.Tensor:
-        """``log p̂(y)``, ready for :func:`candidate_sampling.losses.correct_logits`."""
+    def log_inclusion(self, ids: torch.Tensor) -> torch.Tensor:
+        """``log p̂(y)``: the log probability that ``y`` is in a batch (not an expected count).
+
+        For items with ``B·p ≪ 1`` it equals the log expected count ``log(B·p)`` and can
+        be passed as ``log_q``; for popular items it saturates at 0 and corrects them too
+        little (chapter 5 measures how much).
+        """
         return torch.log(self.estimate(ids))

@@ -1,10 +1,10 @@
 """Retrieval metrics with exact scores over the whole catalogue (chapter 5).
 
-Every test interaction ``(user, target item)`` is scored against **all** items, and the
-target's **rank** is the number of items scoring strictly higher (0 = first; ties count in
-the target's favour). From the ranks:
+Every test interaction ``(user, positive item)`` is scored against **all** items, and the
+positive's **rank** is the number of items scoring strictly higher (0 = first; ties count in
+the positive's favour). From the ranks:
 
-* ``hit_rate@K`` — the share of test interactions whose target ranks in the top ``K``.
+* ``hit_rate@K`` — the share of test interactions whose positive ranks in the top ``K``.
   This is TF Recommenders' "factorized top-K categorical accuracy".
 * ``recall@K`` — per user, the share of that user's test items in the top ``K``, then
   averaged over users (each user counts once, whatever their number of test items).
@@ -13,7 +13,7 @@ the target's favour). From the ranks:
 
 Optionally the items a user already interacted with in training are **excluded**: they
 are removed from the ranking (their scores set to ``−inf`` before counting), except the
-target itself. The exclusion is applied per chunk by scattering the seen pairs into the
+positive itself. The exclusion is applied per chunk by scattering the seen pairs into the
 chunk's score matrix, so memory stays ``O(chunk_size · |V|)``.
 """
 
@@ -25,16 +25,18 @@ import torch
 
 from candidate_sampling._validate import check_ids, check_int_range, check_same, check_tensor
 
-__all__ = ["metrics_from_ranks", "retrieval_metrics", "target_ranks", "top_k_items"]
+__all__ = ["metrics_from_ranks", "positive_ranks", "retrieval_metrics", "top_k_items"]
 
 
 def _seen_csr(exclude, num_users: int, num_items: int, device):
+    if not isinstance(exclude, (tuple, list)) or len(exclude) != 2:
+        raise ValueError("exclude must be a pair (user_index (n,), item_ids (n,))")
     users, items = exclude
-    check_tensor("exclude users", users, ("n",), floating=False, allow_empty=True)
-    check_tensor("exclude items", items, ("n",), floating=False, allow_empty=True)
-    check_same("exclude pair count", users=users.shape[0], items=items.shape[0])
-    check_ids("exclude users", users, num_users)
-    check_ids("exclude items", items, num_items)
+    check_tensor("exclude user_index", users, ("n",), floating=False, allow_empty=True)
+    check_tensor("exclude item_ids", items, ("n",), floating=False, allow_empty=True)
+    check_same("exclude pair count", user_index=users.shape[0], item_ids=items.shape[0])
+    check_ids("exclude user_index", users, num_users)
+    check_ids("exclude item_ids", items, num_items)
     users, items = users.to(device), items.to(device)
     order = torch.argsort(users, stable=True)
     counts = torch.bincount(users, minlength=num_users)
@@ -56,22 +58,25 @@ def _scatter_exclusions(scores: torch.Tensor, users: torch.Tensor, indptr, indic
     scores[rows, cols] = float("-inf")
 
 
-def target_ranks(
+def positive_ranks(
     user_embeddings: torch.Tensor,
     item_embeddings: torch.Tensor,
-    users: torch.Tensor,
-    targets: torch.Tensor,
+    user_index: torch.Tensor,
+    positive_ids: torch.Tensor,
+    *,
     exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
     chunk_size: int = 2048,
 ) -> torch.Tensor:
-    """Exact 0-based rank of each target among all items: ``#{y : s(u, y) > s(u, target)}``.
+    """Exact 0-based rank of each positive among all items: ``#{y : s(u, y) > s(u, pos)}``.
 
-    ``user_embeddings``: (U, d); ``item_embeddings``: (|V|, d); ``users``: (n,) row index of
-    each interaction's user; ``targets``: (n,) item ids. ``exclude``: optional
+    ``user_embeddings``: (U, d); ``item_embeddings``: (|V|, d); ``user_index``: (n,) row of
+    ``user_embeddings`` of each interaction's user; ``positive_ids``: (n,) the held-out
+    item ids. ``exclude``: optional
     ``(user_index, item_ids)`` pairs (e.g. the training interactions) removed from the
-    ranking of that user (the target itself is never removed). Returns (n,) int64 on the
+    ranking of that user (the positive itself is never removed). Returns (n,) int64 on the
     embeddings' device. Works in chunks of ``chunk_size`` interactions.
     """
+    users, targets = user_index, positive_ids
     check_tensor("user_embeddings", user_embeddings, ("U", "d"), floating=True)
     check_tensor("item_embeddings", item_embeddings, ("V", "d"), floating=True)
     check_same(
@@ -79,12 +84,12 @@ def target_ranks(
         user_embeddings=user_embeddings.shape[1],
         item_embeddings=item_embeddings.shape[1],
     )
-    check_tensor("users", users, ("n",), floating=False)
-    check_tensor("targets", targets, ("n",), floating=False)
-    check_same("number of interactions n", users=users.shape[0], targets=targets.shape[0])
+    check_tensor("user_index", users, ("n",), floating=False)
+    check_tensor("positive_ids", targets, ("n",), floating=False)
+    check_same("number of interactions n", user_index=users.shape[0], positive_ids=targets.shape[0])
     num_users, num_items = user_embeddings.shape[0], item_embeddings.shape[0]
-    check_ids("users", users, num_users)
-    check_ids("targets", targets, num_items)
+    check_ids("user_index", users, num_users)
+    check_ids("positive_ids", targets, num_items)
     check_int_range("chunk_size", chunk_size, 1)
     device = item_embeddings.device
     users, targets = users.to(device), targets.to(device)
@@ -106,6 +111,7 @@ def top_k_items(
     user_embeddings: torch.Tensor,
     item_embeddings: torch.Tensor,
     k: int,
+    *,
     exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
     chunk_size: int = 2048,
 ) -> torch.Tensor:
@@ -132,11 +138,13 @@ def top_k_items(
 
 
 def metrics_from_ranks(
-    ranks: torch.Tensor, users: torch.Tensor, ks: Sequence[int] = (10, 50, 100)
+    ranks: torch.Tensor, user_index: torch.Tensor, *, ks: Sequence[int] = (10, 50, 100)
 ) -> dict[str, float]:
     """``hit_rate@K``, ``recall@K`` (per-user average) and ``ndcg@K`` from 0-based ranks."""
+    users = user_index
     check_tensor("ranks", ranks, ("n",), floating=False)
-    check_same("number of interactions n", ranks=ranks.shape[0], users=users.shape[0])
+    check_tensor("user_index", users, ("n",), floating=False)
+    check_same("number of interactions n", ranks=ranks.shape[0], user_index=users.shape[0])
     ranks = ranks.to(torch.float64)
     users = users.to(ranks.device)
     _, user_index = torch.unique(users, return_inverse=True)
@@ -158,15 +166,23 @@ def metrics_from_ranks(
 def retrieval_metrics(
     user_embeddings: torch.Tensor,
     item_embeddings: torch.Tensor,
-    users: torch.Tensor,
-    targets: torch.Tensor,
+    user_index: torch.Tensor,
+    positive_ids: torch.Tensor,
+    *,
     ks: Sequence[int] = (10, 50, 100),
     exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
     chunk_size: int = 2048,
 ) -> dict[str, float]:
     """Exact full-catalogue ``hit_rate@K``, ``recall@K`` and ``ndcg@K`` for every ``K`` in ``ks``.
 
-    Shapes as in :func:`target_ranks`. Chapter 5.
+    Shapes as in :func:`positive_ranks`. Chapter 5.
     """
-    ranks = target_ranks(user_embeddings, item_embeddings, users, targets, exclude, chunk_size)
-    return metrics_from_ranks(ranks, users, ks)
+    ranks = positive_ranks(
+        user_embeddings,
+        item_embeddings,
+        user_index,
+        positive_ids,
+        exclude=exclude,
+        chunk_size=chunk_size,
+    )
+    return metrics_from_ranks(ranks, user_index, ks=ks)

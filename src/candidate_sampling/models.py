@@ -30,7 +30,13 @@ import torch
 from torch import nn
 
 from candidate_sampling._hashing import draw_hash_parameters, universal_hash
-from candidate_sampling._validate import check_ids, check_int_range, check_positive, check_tensor
+from candidate_sampling._validate import (
+    check_ids,
+    check_int_range,
+    check_positive,
+    check_tensor,
+    get_validate_args,
+)
 
 __all__ = ["ItemTower", "TwoTowerModel", "UserTower", "sparse_parameters"]
 
@@ -162,8 +168,10 @@ class UserTower(nn.Module):
             if history is None:
                 raise ValueError("history must be given: this tower averages recent items")
             check_tensor("history", history, ("B", "L"), floating=False)
-            if history.numel() and (
-                int(history.min()) < -1 or int(history.max()) >= self.num_items
+            if (
+                get_validate_args()
+                and history.numel()
+                and (int(history.min()) < -1 or int(history.max()) >= self.num_items)
             ):
                 raise ValueError(
                     f"history must hold item ids in [0, {self.num_items}) or -1 for padding, got "
@@ -178,12 +186,26 @@ class UserTower(nn.Module):
             )
         return parts[0] if len(parts) == 1 else parts[0] + parts[1]
 
+    def all_users(self) -> torch.Tensor:
+        """``(num_users, d)``: every user's embedding, for full-catalogue evaluation.
+
+        Defined for a tower that embeds user ids only (a history tower needs each user's
+        history: call the tower on it instead).
+        """
+        if self.user_embedding is None or self.history_bag is not None:
+            raise ValueError(
+                "all_users() needs a tower of user ids only; a history tower must be called "
+                "with each user's history"
+            )
+        return self.user_embedding.weight
+
 
 class TwoTowerModel(nn.Module):
     """``s(x, y) = u(x) · v(y)`` with a :class:`UserTower` and an :class:`ItemTower`.
 
-    ``forward(user_ids, item_ids, history)`` returns ``(u, v)``, each ``(B, d)``: the pair a
-    retrieval loss takes (``query``, ``item_embeddings``).
+    ``forward(item_ids, *, user_ids=None, history=None)`` returns ``(u, v)``, each
+    ``(B, d)``: the query and the positives' embeddings a retrieval loss takes
+    (``in_batch_softmax_loss(u, v, candidate_ids=item_ids)``).
     """
 
     def __init__(self, user_tower: UserTower, item_tower: ItemTower) -> None:
@@ -198,15 +220,16 @@ class TwoTowerModel(nn.Module):
 
     def forward(
         self,
-        user_ids: torch.Tensor | None,
         item_ids: torch.Tensor,
+        *,
+        user_ids: torch.Tensor | None = None,
         history: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.user_tower(user_ids, history), self.item_tower(item_ids)
 
-    def score(self, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    def score(self, query: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """``(B, d) × (C, d) → (B, C)`` scores ``u·v``."""
-        return users @ items.T
+        return query @ candidates.T
 
 
 def sparse_parameters(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:

@@ -49,11 +49,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from candidate_sampling._validate import check_ids, check_int_range
+from candidate_sampling._validate import check_ids, check_int_range, check_probabilities
+from candidate_sampling.frequency import inclusion_probability
 
 __all__ = [
     "CandidateDraw",
@@ -79,17 +80,26 @@ def _work_dtype(device: torch.device) -> torch.dtype:
 
 
 def log_expected_count(
-    probs: torch.Tensor, num_samples: int, num_tries: int, unique: bool
+    probs: torch.Tensor, *, num_samples: int, num_tries: int, unique: bool
 ) -> torch.Tensor:
     """Log expected count of ids with per-draw probability ``probs`` in a draw (chapter 4).
 
-    ``unique=False``: ``log(k · p)`` with ``k = num_samples``;
-    ``unique=True``: ``log(1 − (1 − p)^num_tries)`` = ``log(-expm1(num_tries · log1p(-p)))``.
-    ``probs``: any shape → float32 of the same shape (``-inf`` where ``p = 0``).
+    ``unique=False``: ``log(k · p)`` with ``k = num_samples`` (``num_tries`` must equal it);
+    ``unique=True``: ``log(1 − (1 − p)^num_tries)``
+    (:func:`~candidate_sampling.frequency.inclusion_probability`), ``num_tries ≥ k``.
+    ``probs``: any shape, in [0, 1] → float32 of the same shape (``-inf`` where ``p = 0``).
     """
-    work = probs.to(_work_dtype(probs.device))
+    check_int_range("num_samples", num_samples, 1)
+    check_int_range("num_tries", num_tries, num_samples)
+    if not isinstance(unique, bool):
+        raise ValueError(f"unique must be a bool, got {type(unique).__name__}")
+    if not unique and num_tries != num_samples:
+        raise ValueError(
+            f"num_tries must equal num_samples ({num_samples}) when unique=False, got {num_tries}"
+        )
+    work = check_probabilities("probs", probs).to(_work_dtype(probs.device))
     if unique:
-        out = torch.log(-torch.expm1(num_tries * torch.log1p(-work)))
+        out = torch.log(inclusion_probability(work, num_tries))
     else:
         out = torch.log(num_samples * work)
     return out.float()
@@ -97,34 +107,27 @@ def log_expected_count(
 
 @dataclass(frozen=True)
 class CandidateDraw:
-    """One draw of sampled candidates, shared by a batch.
+    """One draw of sampled candidates, shared by a batch (TF's sampler triple).
 
     ``ids``: (k,) int64 sampled ids on the sampler's device (in order of first appearance
-    for unique draws); ``log_expected_count``: (k,) float32 log expected count of each
-    sampled id under this draw; ``num_tries``: raw draws made (``== k`` with replacement);
-    ``unique``: whether the ids are distinct. ``sampler`` (not part of equality or repr)
-    lets :meth:`log_expected_count_of` compute the log expected count of other ids, e.g.
-    the true ones.
+    for unique draws); ``log_q``: (k,) float32 log expected count of each sampled id
+    (TF's ``sampled_expected_count``, in logs); ``positive_log_q``: the log expected count
+    of the batch's positive ids under the same draw (TF's ``true_expected_count``), of
+    ``positive_ids``' shape, or ``None`` when the draw was made without ``positive_ids``;
+    ``num_tries``: raw draws made (``== k`` with replacement); ``unique``: whether the ids
+    are distinct. Losses read these fields and never call back into the sampler.
     """
 
     ids: torch.Tensor
-    log_expected_count: torch.Tensor
+    log_q: torch.Tensor
     num_tries: int
     unique: bool
-    sampler: CandidateSampler | None = field(default=None, repr=False, compare=False)
+    positive_log_q: torch.Tensor | None = None
 
     @property
     def num_samples(self) -> int:
         """k, the number of sampled ids."""
         return int(self.ids.numel())
-
-    def log_expected_count_of(self, ids: torch.Tensor) -> torch.Tensor:
-        """Log expected count of any ``ids`` (any shape) under this draw; same shape, float32."""
-        if self.sampler is None:
-            raise ValueError(
-                "draw has no sampler attached: use sampler.log_expected_count(ids, draw)"
-            )
-        return self.sampler.log_expected_count(ids, self)
 
 
 def _as_exclude(exclude: Iterable[int] | torch.Tensor | None, num_classes: int) -> torch.Tensor:
@@ -198,13 +201,20 @@ class CandidateSampler:
             )
 
     def sample(
-        self, num_samples: int, unique: bool = False, generator: torch.Generator | None = None
+        self,
+        num_samples: int,
+        *,
+        unique: bool = False,
+        generator: torch.Generator | None = None,
+        positive_ids: torch.Tensor | None = None,
     ) -> CandidateDraw:
         """Draw ``num_samples`` (k) candidate ids, with or without replacement.
 
         ``unique=False``: k i.i.d. draws (``num_tries == k``), expected count ``k · p``.
         ``unique=True``: draw until k distinct ids (TF's semantics), expected count
         ``1 − (1 − p)^num_tries``; requires ``k ≤ |V| − |excluded|``.
+        ``positive_ids`` (any shape, e.g. (B,) or (B, num_true)): also return their log
+        expected count under this draw, as TF's samplers return ``true_expected_count``.
         Returns a :class:`CandidateDraw` with ``ids: (k,)`` on the sampler's device.
         """
         check_int_range("num_samples", num_samples, 1)
@@ -220,24 +230,35 @@ class CandidateSampler:
             ids, tries = self._sample_unique(num_samples, generator)
         else:
             ids, tries = self._draw(num_samples, generator), num_samples
-        lec = log_expected_count(self._probs_of(ids), num_samples, tries, unique)
-        return CandidateDraw(
-            ids=ids, log_expected_count=lec, num_tries=tries, unique=unique, sampler=self
+        log_q = log_expected_count(
+            self._probs_of(ids), num_samples=num_samples, num_tries=tries, unique=unique
         )
+        draw = CandidateDraw(ids=ids, log_q=log_q, num_tries=tries, unique=unique)
+        if positive_ids is not None:
+            check_ids("positive_ids", positive_ids, self.num_classes)
+            positive_log_q = self.log_q(positive_ids, draw)
+            draw = CandidateDraw(
+                ids=ids,
+                log_q=log_q,
+                num_tries=tries,
+                unique=unique,
+                positive_log_q=positive_log_q.to(positive_ids.device),
+            )
+        return draw
 
-    def log_expected_count(self, ids: torch.Tensor, draw: CandidateDraw) -> torch.Tensor:
+    def log_q(self, ids: torch.Tensor, draw: CandidateDraw) -> torch.Tensor:
         """Log expected count of ``ids`` (any shape, true or sampled) under ``draw``.
 
-        With replacement ``log(k · p)``; unique ``log(-expm1(num_tries · log1p(-p)))``.
+        With replacement ``log(k · p)``; unique ``log(1 − (1 − p)^num_tries)``.
         Returns float32 of ``ids``' shape on the sampler's device; ``-inf`` for excluded ids.
         """
-        if not isinstance(ids, torch.Tensor):
-            raise ValueError(f"ids must be a torch.Tensor, got {type(ids).__name__}")
         check_ids("ids", ids, self.num_classes)
         if not isinstance(draw, CandidateDraw):
             raise ValueError(f"draw must be a CandidateDraw, got {type(draw).__name__}")
         p = self._probs_of(ids.to(self.device).long())
-        return log_expected_count(p, draw.num_samples, draw.num_tries, draw.unique)
+        return log_expected_count(
+            p, num_samples=draw.num_samples, num_tries=draw.num_tries, unique=draw.unique
+        )
 
     # -- unique sampling in vectorised rounds -------------------------------------------
     def _sample_unique(self, k: int, generator: torch.Generator | None) -> tuple[torch.Tensor, int]:
@@ -393,8 +414,8 @@ class LogUniformSampler(CandidateSampler):
 def build_alias_table(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Walker's alias table for ``p ∝ weights``, built without a loop over items.
 
-    ``weights``: (n,) non-negative, finite, not all zero. Returns ``(threshold, alias)``,
-    both (n,): draw a bucket ``i`` uniformly and ``u ~ U[0, 1)``; the id is ``i`` if
+    ``weights``: (n,) non-negative, finite, not all zero (else ``ValueError``). Returns
+    ``(threshold, alias)``, both (n,): draw a bucket ``i`` uniformly and ``u ~ U[0, 1)``; the id is ``i`` if
     ``u < threshold[i]`` else ``alias[i]``. Then ``P(id = j) = (threshold[j] +
     Σ_{i: alias[i] = j} (1 − threshold[i])) / n = p_j``.
 
@@ -409,9 +430,20 @@ def build_alias_table(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     of light items with ``D < S_j``) and takes the rest from heavy item ``j + 1``.
     O(n log n) work for the searches, all vectorised; float64 on the CPU or CUDA.
     """
+    if not isinstance(weights, torch.Tensor) or weights.dim() != 1 or weights.numel() == 0:
+        shape = tuple(weights.shape) if isinstance(weights, torch.Tensor) else None
+        raise ValueError(f"weights must be a non-empty tensor of shape (n,), got {shape}")
+    if weights.dtype == torch.bool or weights.is_complex():
+        raise ValueError(f"weights must be a real tensor, got {weights.dtype}")
     device = weights.device
     work_device = device if _supports_float64(device) else torch.device("cpu")
     w = weights.to(device=work_device, dtype=torch.float64)
+    if not bool(torch.isfinite(w).all()):
+        raise ValueError("weights must be finite, got NaN or infinite entries")
+    if bool((w < 0).any()):
+        raise ValueError(f"weights must be >= 0, got minimum {float(w.min())}")
+    if float(w.sum()) <= 0:
+        raise ValueError("weights must not all be zero")
     n = w.numel()
     w = w * (n / w.sum())
     # The mean is 1, so the largest weight is >= 1 mathematically; after rounding it may

@@ -49,13 +49,14 @@ def zipf_probabilities(
 
 @dataclass(frozen=True)
 class SyntheticBatch:
-    """Examples drawn from a :class:`SyntheticSoftmax`: features ``x: (n, d)``, labels ``y: (n,)``.
+    """Examples drawn from a :class:`SyntheticSoftmax`: ``query: (n, d)`` features x and
+    ``positive_ids: (n,)`` their classes y.
 
     ``context_ids: (n,)`` for a problem with a finite set of contexts, else ``None``.
     """
 
-    x: torch.Tensor
-    y: torch.Tensor
+    query: torch.Tensor
+    positive_ids: torch.Tensor
     context_ids: torch.Tensor | None = None
 
 
@@ -109,11 +110,17 @@ class SyntheticSoftmax:
         if self.contexts is None:
             y = torch.multinomial(self.prior, num_examples, replacement=True, generator=generator)
             noise = torch.randn(num_examples, self.dim, device=self.device, generator=generator)
-            return SyntheticBatch(x=self.weights[y] + noise, y=y)
-        joint = (self.context_log_probs() - torch.log(torch.tensor(float(len(self.contexts))))).exp()
-        flat = torch.multinomial(joint.flatten(), num_examples, replacement=True, generator=generator)
+            return SyntheticBatch(query=self.weights[y] + noise, positive_ids=y)
+        joint = (
+            self.context_log_probs() - torch.log(torch.tensor(float(len(self.contexts))))
+        ).exp()
+        flat = torch.multinomial(
+            joint.flatten(), num_examples, replacement=True, generator=generator
+        )
         context_ids, y = flat // self.num_classes, flat % self.num_classes
-        return SyntheticBatch(x=self.contexts[context_ids], y=y, context_ids=context_ids)
+        return SyntheticBatch(
+            query=self.contexts[context_ids], positive_ids=y, context_ids=context_ids
+        )
 
 
 def make_softmax_problem(
@@ -139,7 +146,9 @@ def make_softmax_problem(
     prior = zipf_probabilities(num_classes, zipf_exponent, dtype=torch.float64)
     bias = torch.log(prior) - 0.5 * (means**2).sum(dim=1)
     return SyntheticSoftmax(
-        weights=means.float().to(device), bias=bias.float().to(device), prior=prior.float().to(device)
+        weights=means.float().to(device),
+        bias=bias.float().to(device),
+        prior=prior.float().to(device),
     )
 
 
@@ -167,6 +176,8 @@ def make_context_problem(
     contexts = torch.randn(num_contexts, dim, generator=gen) / dim**0.5
     prior = zipf_probabilities(num_classes, zipf_exponent)
     return SyntheticSoftmax(
-        weights=weights.to(device), bias=torch.log(prior).to(device), prior=prior.to(device),
+        weights=weights.to(device),
+        bias=torch.log(prior).to(device),
+        prior=prior.to(device),
         contexts=contexts.to(device),
     )

@@ -2,15 +2,17 @@
 
 Submodules, one family each (all names are re-exported here):
 
-* :mod:`.core` — the pipeline steps every loss is built from (correct, mask, reduce).
+* :mod:`.core` — the pipeline steps every loss is built from (correct, mask, the
+  positive-column cross-entropy, reduce) and the modules' thin base.
 * :mod:`.sampled` — full softmax, importance sampling, sampled softmax, NCE, negative
   sampling, sampled logistic (chapters 1–4).
-* :mod:`.retrieval` — in-batch and mixed-negative softmax for two-tower models (chapter 5).
+* :mod:`.retrieval` — the in-batch softmax over one candidate matrix (plain, corrected,
+  mixed negatives) and the ``RetrievalLoss`` task module (chapter 5).
 * :mod:`.contrastive` — InfoNCE, NT-Xent, NT-BXent, supervised contrastive, soft nearest
   neighbour (chapter 6).
 
-Conventions (sign and order of temperature and logQ, masks, reduction) are stated in
-:mod:`.core` and on the book's notation page.
+Conventions (sign and order of temperature and logQ, masks, precision, reduction) are
+stated in :mod:`.core` and on the book's notation page. Every option is keyword-only.
 """
 
 from candidate_sampling.losses.core import *  # noqa: F401,F403

@@ -45,11 +45,14 @@ from candidate_sampling._validate import (
     check_reduction,
     check_same,
     check_tensor,
+    common_float_dtype,
 )
 from candidate_sampling.losses.core import (
+    _Loss,
     correct_logits,
     mask_logits,
     mask_value,
+    positive_column_cross_entropy,
     reduce_loss,
 )
 
@@ -96,16 +99,6 @@ def _eye(n: int, device: torch.device) -> torch.Tensor:
     return torch.eye(n, dtype=torch.bool, device=device)
 
 
-def _mean_over_rows_with_positive(
-    per_row: torch.Tensor, has_pos: torch.Tensor, reduction: str
-) -> torch.Tensor:
-    """Zero the rows without a positive; "mean" averages over the rows that have one."""
-    per_row = torch.where(has_pos, per_row, torch.zeros_like(per_row))
-    if reduction == "mean":
-        return per_row.sum() / has_pos.sum().clamp(min=1)
-    return reduce_loss(per_row, reduction)
-
-
 def pairwise_cosine_similarity(
     a: torch.Tensor, b: torch.Tensor | None = None, eps: float = 1e-8
 ) -> torch.Tensor:
@@ -120,7 +113,9 @@ def pairwise_cosine_similarity(
         return a_n @ a_n.T
     _check_embeddings("b", b)
     check_same("embedding size d", a=a.shape[1], b=b.shape[1])
-    return a_n @ F.normalize(_work(b), dim=-1, eps=eps).T
+    b_n = F.normalize(_work(b), dim=-1, eps=eps)
+    dtype = torch.promote_types(a_n.dtype, b_n.dtype)
+    return a_n.to(dtype) @ b_n.to(dtype).T
 
 
 def pairwise_squared_distance(a: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
@@ -135,6 +130,8 @@ def pairwise_squared_distance(a: torch.Tensor, b: torch.Tensor | None = None) ->
     b_w = a_w if b is None else _work(_check_embeddings("b", b))
     if b is not None:
         check_same("embedding size d", a=a.shape[1], b=b.shape[1])
+        dtype = torch.promote_types(a_w.dtype, b_w.dtype)
+        a_w, b_w = a_w.to(dtype), b_w.to(dtype)
     sq = (a_w * a_w).sum(-1)[:, None] + (b_w * b_w).sum(-1)[None, :] - 2 * a_w @ b_w.T
     sq = sq.clamp(min=0)
     if b is None:
@@ -145,8 +142,8 @@ def pairwise_squared_distance(a: torch.Tensor, b: torch.Tensor | None = None) ->
 def info_nce_loss(
     query: torch.Tensor,
     key: torch.Tensor,
-    temperature: float | torch.Tensor = 1.0,
     *,
+    temperature: float | torch.Tensor = 1.0,
     symmetric: bool = False,
     normalize: bool = False,
     reduction: str = "mean",
@@ -169,23 +166,25 @@ def info_nce_loss(
     check_same("batch size B", query=query.shape[0], key=key.shape[0])
     check_same("embedding size d", query=query.shape[1], key=key.shape[1])
     check_reduction(reduction)
+    dtype = common_float_dtype(query=query, key=key)
+    query, key = query.to(dtype), key.to(dtype)
     if normalize:
         scores = pairwise_cosine_similarity(query, key)
     else:
-        scores = _work(query) @ _work(key).T
-    logits = correct_logits(scores, None, temperature)
-    diag = logits.diagonal()
-    per_row = torch.logsumexp(logits, dim=1) - diag
+        scores = query @ key.T
+    logits = correct_logits(scores, temperature=temperature)
+    diagonal = torch.arange(logits.shape[0], device=logits.device)
+    per_row = positive_column_cross_entropy(logits, diagonal)
     if symmetric:
-        per_row = 0.5 * (per_row + torch.logsumexp(logits, dim=0) - diag)
+        per_row = 0.5 * (per_row + positive_column_cross_entropy(logits.T, diagonal))
     return reduce_loss(per_row, reduction)
 
 
 def nt_xent_loss(
     view1: torch.Tensor,
     view2: torch.Tensor,
-    temperature: float | torch.Tensor = 0.5,
     *,
+    temperature: float | torch.Tensor = 0.5,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """NT-Xent (SimCLR): each of the 2N views against its twin and the other 2N − 2 views.
@@ -204,19 +203,20 @@ def nt_xent_loss(
     check_same("embedding size d", view1=view1.shape[1], view2=view2.shape[1])
     check_reduction(reduction)
     n = view1.shape[0]
-    z = torch.cat([_work(view1), _work(view2)], dim=0)
-    logits = correct_logits(pairwise_cosine_similarity(z), None, temperature)
+    dtype = common_float_dtype(view1=view1, view2=view2)
+    z = torch.cat([view1.to(dtype), view2.to(dtype)], dim=0)
+    logits = correct_logits(pairwise_cosine_similarity(z), temperature=temperature)
     logits = mask_logits(logits, _eye(2 * n, z.device))
     rows = torch.arange(2 * n, device=z.device)
-    per_view = torch.logsumexp(logits, dim=1) - logits[rows, (rows + n) % (2 * n)]
+    per_view = positive_column_cross_entropy(logits, (rows + n) % (2 * n))
     return reduce_loss(per_view, reduction)
 
 
 def nt_bxent_loss(
     embeddings: torch.Tensor,
     positive_pairs: torch.Tensor,
-    temperature: float | torch.Tensor = 0.5,
     *,
+    temperature: float | torch.Tensor = 0.5,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """NT-BXent: a logistic loss on every (i, j ≠ i) pair, positives given explicitly.
@@ -248,7 +248,7 @@ def nt_bxent_loss(
     pos = torch.zeros(n, n, dtype=torch.bool, device=embeddings.device)
     pos[positive_pairs[:, 0], positive_pairs[:, 1]] = True
     neg = ~pos & ~eye
-    logits = correct_logits(pairwise_cosine_similarity(embeddings), None, temperature)
+    logits = correct_logits(pairwise_cosine_similarity(embeddings), temperature=temperature)
     zero = torch.zeros((), dtype=logits.dtype, device=logits.device)
     pos_term = torch.where(pos, F.softplus(-logits), zero).sum(1) / pos.sum(1).clamp(min=1)
     neg_term = torch.where(neg, F.softplus(logits), zero).sum(1) / neg.sum(1).clamp(min=1)
@@ -258,8 +258,8 @@ def nt_bxent_loss(
 def supcon_loss(
     embeddings: torch.Tensor,
     labels: torch.Tensor,
-    temperature: float | torch.Tensor = 0.1,
     *,
+    temperature: float | torch.Tensor = 0.1,
     variant: str = "out",
     reduction: str = "mean",
 ) -> torch.Tensor:
@@ -285,7 +285,7 @@ def supcon_loss(
     eye = _eye(n, embeddings.device)
     pos = (labels[:, None] == labels[None, :]) & ~eye
     num_pos = pos.sum(1)
-    logits = correct_logits(pairwise_cosine_similarity(embeddings), None, temperature)
+    logits = correct_logits(pairwise_cosine_similarity(embeddings), temperature=temperature)
     logits = mask_logits(logits, eye)
     log_norm = torch.logsumexp(logits, dim=1)
     if variant == "out":
@@ -295,14 +295,14 @@ def supcon_loss(
     else:
         lse_pos = torch.logsumexp(mask_logits(logits, ~pos), dim=1)
         per_row = log_norm - lse_pos + torch.log(num_pos.clamp(min=1).to(logits.dtype))
-    return _mean_over_rows_with_positive(per_row, num_pos > 0, reduction)
+    return reduce_loss(per_row, reduction, valid=num_pos > 0)
 
 
 def soft_nearest_neighbor_loss(
     embeddings: torch.Tensor,
     labels: torch.Tensor,
-    temperature: float | torch.Tensor = 1.0,
     *,
+    temperature: float | torch.Tensor = 1.0,
     distance: str = "squared_euclidean",
     reduction: str = "mean",
 ) -> torch.Tensor:
@@ -334,13 +334,13 @@ def soft_nearest_neighbor_loss(
         dist = 1.0 - pairwise_cosine_similarity(embeddings)
     if isinstance(temperature, torch.Tensor):
         temperature = _work(temperature)
-    logits = correct_logits(-dist, None, temperature)
+    logits = correct_logits(-dist, temperature=temperature)
     # a huge distance over a tiny T could reach −inf; keep every logit finite
     logits = logits.clamp(min=mask_value(logits.dtype))
     logits = mask_logits(logits, eye)
     same = (labels[:, None] == labels[None, :]) & ~eye
     per_row = torch.logsumexp(logits, dim=1) - torch.logsumexp(mask_logits(logits, ~same), dim=1)
-    return _mean_over_rows_with_positive(per_row, same.any(1), reduction)
+    return reduce_loss(per_row, reduction, valid=same.any(1))
 
 
 def alignment_loss(view1: torch.Tensor, view2: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
@@ -353,8 +353,9 @@ def alignment_loss(view1: torch.Tensor, view2: torch.Tensor, alpha: float = 2.0)
     check_tensor("view2", view2, ("N", "d"), floating=True)
     check_same("shape", view1=tuple(view1.shape), view2=tuple(view2.shape))
     check_positive("alpha", alpha)
-    f = F.normalize(_work(view1), dim=-1)
-    g = F.normalize(_work(view2), dim=-1)
+    dtype = common_float_dtype(view1=view1, view2=view2)
+    f = F.normalize(view1.to(dtype), dim=-1)
+    g = F.normalize(view2.to(dtype), dim=-1)
     return ((f - g).pow(2).sum(-1) + 1e-12).pow(alpha / 2).mean()
 
 
@@ -375,73 +376,75 @@ def uniformity_loss(embeddings: torch.Tensor, t: float = 2.0) -> torch.Tensor:
     return torch.logsumexp(-t * sq[i, j], dim=0) - math.log(i.numel())
 
 
-class InfoNCELoss(nn.Module):
+class InfoNCELoss(_Loss):
     """Module form of :func:`info_nce_loss`: ``forward(query, key)``."""
+
+    _options = ("temperature", "symmetric", "normalize", "reduction")
 
     def __init__(
         self,
-        temperature: float = 1.0,
         *,
+        temperature: float = 1.0,
         symmetric: bool = False,
         normalize: bool = False,
         reduction: str = "mean",
     ) -> None:
-        super().__init__()
-        self.temperature = check_positive("temperature", temperature)
+        super().__init__(temperature=temperature, reduction=reduction)
         self.symmetric, self.normalize = symmetric, normalize
-        self.reduction = check_reduction(reduction)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         return info_nce_loss(
             query,
             key,
-            self.temperature,
+            temperature=self.temperature,
             symmetric=self.symmetric,
             normalize=self.normalize,
             reduction=self.reduction,
         )
 
 
-class NTXentLoss(nn.Module):
+class NTXentLoss(_Loss):
     """Module form of :func:`nt_xent_loss`: ``forward(view1, view2)``."""
 
-    def __init__(self, temperature: float = 0.5, *, reduction: str = "mean") -> None:
-        super().__init__()
-        self.temperature = check_positive("temperature", temperature)
-        self.reduction = check_reduction(reduction)
+    def __init__(self, *, temperature: float = 0.5, reduction: str = "mean") -> None:
+        super().__init__(temperature=temperature, reduction=reduction)
 
     def forward(self, view1: torch.Tensor, view2: torch.Tensor) -> torch.Tensor:
-        return nt_xent_loss(view1, view2, self.temperature, reduction=self.reduction)
+        return nt_xent_loss(view1, view2, temperature=self.temperature, reduction=self.reduction)
 
 
-class NTBXentLoss(nn.Module):
+class NTBXentLoss(_Loss):
     """Module form of :func:`nt_bxent_loss`: ``forward(embeddings, positive_pairs)``."""
 
-    def __init__(self, temperature: float = 0.5, *, reduction: str = "mean") -> None:
-        super().__init__()
-        self.temperature = check_positive("temperature", temperature)
-        self.reduction = check_reduction(reduction)
+    def __init__(self, *, temperature: float = 0.5, reduction: str = "mean") -> None:
+        super().__init__(temperature=temperature, reduction=reduction)
 
     def forward(self, embeddings: torch.Tensor, positive_pairs: torch.Tensor) -> torch.Tensor:
-        return nt_bxent_loss(embeddings, positive_pairs, self.temperature, reduction=self.reduction)
+        return nt_bxent_loss(
+            embeddings, positive_pairs, temperature=self.temperature, reduction=self.reduction
+        )
 
 
-class SupConLoss(nn.Module):
+class SupConLoss(_Loss):
     """Module form of :func:`supcon_loss`: ``forward(embeddings, labels)``."""
 
+    _options = ("temperature", "variant", "reduction")
+
     def __init__(
-        self, temperature: float = 0.1, *, variant: str = "out", reduction: str = "mean"
+        self, *, temperature: float = 0.1, variant: str = "out", reduction: str = "mean"
     ) -> None:
-        super().__init__()
+        super().__init__(temperature=temperature, reduction=reduction)
         if variant not in _SUPCON_VARIANTS:
             raise ValueError(f"variant must be one of {_SUPCON_VARIANTS}, got {variant!r}")
-        self.temperature = check_positive("temperature", temperature)
         self.variant = variant
-        self.reduction = check_reduction(reduction)
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return supcon_loss(
-            embeddings, labels, self.temperature, variant=self.variant, reduction=self.reduction
+            embeddings,
+            labels,
+            temperature=self.temperature,
+            variant=self.variant,
+            reduction=self.reduction,
         )
 
 
@@ -455,8 +458,8 @@ class SoftNearestNeighborLoss(nn.Module):
 
     def __init__(
         self,
-        temperature: float = 1.0,
         *,
+        temperature: float = 1.0,
         distance: str = "squared_euclidean",
         learnable_temperature: bool = False,
         reduction: str = "mean",
@@ -478,7 +481,18 @@ class SoftNearestNeighborLoss(nn.Module):
         """T = exp(log_temperature), a 0-dim tensor."""
         return self.log_temperature.exp()
 
+    def extra_repr(self) -> str:
+        return (
+            f"temperature={float(self.temperature.detach()):.4g}, distance={self.distance!r}, "
+            f"learnable={isinstance(self.log_temperature, nn.Parameter)}, "
+            f"reduction={self.reduction!r}"
+        )
+
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return soft_nearest_neighbor_loss(
-            embeddings, labels, self.temperature, distance=self.distance, reduction=self.reduction
+            embeddings,
+            labels,
+            temperature=self.temperature,
+            distance=self.distance,
+            reduction=self.reduction,
         )

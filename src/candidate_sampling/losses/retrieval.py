@@ -1,353 +1,289 @@
-"""In-batch and mixed-negative softmax losses for two-tower retrieval (chapter 5).
+"""The in-batch softmax over one candidate matrix, for two-tower retrieval (chapter 5).
 
-A batch holds ``B`` (query, positive item) pairs. The **in-batch softmax** scores every
-query against all ``B`` positives of the batch: row ``i``'s positive is column ``i`` and
-the other rows' positives are its negatives. **Mixed negatives** (Yang et al. 2020) add
-``B'`` extra items drawn by a sampler (uniform or unigram) and shared by the whole
-batch, so the candidate columns are ``[B in-batch items | B' extra items]``.
+One contract, TF Recommenders' ``Retrieval.call``: a batch of ``B`` queries is scored
+against ``C ≥ B`` candidate rows, and **row i's positive is candidate i**. Everything else
+is more candidate rows:
 
-Every loss composes the pipeline steps of :mod:`candidate_sampling.losses.core`:
+* the plain in-batch softmax: ``candidates`` = the batch's ``B`` positives;
+* mixed negatives (Yang et al. 2020): ``candidates = cat([positives, extras])`` with ``B'``
+  extra items drawn by a sampler and shared by the batch;
+* a cross-batch memory or queue, or the positives gathered from other devices: more rows
+  after the first ``B``.
 
-1. scores ``s(x_i, y_j) = u_i · v_j``;
-2. correction ``o_ij = s_ij / τ − log Q(y_j)`` (:func:`correct_logits`; the order is the
-   book's convention: the temperature scales the score, the correction is *not*
-   divided by τ — the two orders differ whenever τ ≠ 1);
-3. masks (:func:`mask_logits`): a column whose item equals row ``i``'s positive, other
-   than column ``i`` itself, is a *duplicate positive* — with it the row would push its
-   own positive down as a negative — and an extra item equal to row ``i``'s positive is an
-   *accidental hit*; both are removed;
-4. the softmax cross-entropy with row ``i``'s positive in column ``i``
-   (:func:`positive_on_diagonal_loss`, the in-batch layout of
-   :func:`softmax_loss_positive_first`);
-5. the reduction (:func:`reduce_loss`, mean over rows by default).
+The loss composes the pipeline steps of :mod:`candidate_sampling.losses.core`:
 
-``log Q`` is corrected on **every** column, the row's own positive included (Yi et al.
-2019): the correction estimates how often an item is a candidate at all, and the
-positive's column is one of the draws. (The source post zeroes the positive's correction.)
+1. scores ``s(x_i, y_j) = u_i · v_j`` (computed in at least float32);
+2. correction ``o_ij = s_ij / τ − log Q(y_j)`` (:func:`correct_logits`; the correction is
+   *not* divided by τ);
+3. masks (:func:`accidental_hits` with ``positive_columns = arange(B)``): a column ``j ≠ i``
+   whose id equals row ``i``'s positive id is an accidental hit (a duplicate positive in
+   the batch, or an extra that happens to be the positive); it is removed;
+4. :func:`positive_column_cross_entropy` with row ``i``'s positive in column ``i``;
+5. :func:`reduce_loss`, mean over rows by default (TF Recommenders sums).
 
-The choice of ``Q*`` for mixed negatives is :func:`mixed_log_q`'s ``form``.
+``log_q`` is the log *expected count* of each candidate column among the candidates and is
+corrected on **every** column, the row's own positive included (Yi et al. 2019): the
+positive's column is one of the draws. For mixed negatives use one expression for all
+columns, e.g. :func:`~candidate_sampling.frequency.mixed_log_q`'s expected count
+``B·q(y) + B'·r(y)``.
+
+:class:`RetrievalLoss` is the module a training loop uses (TFRS's ``Retrieval`` task):
+it holds the temperature, the source of log Q, an optional extra-negative sampler and the
+hit removal, so one call per batch does the rest.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from candidate_sampling._validate import (
     check_finite,
     check_int_range,
+    check_probabilities,
     check_same,
     check_tensor,
+    common_float_dtype,
 )
+from candidate_sampling.frequency import StreamingFrequencyEstimator, inclusion_probability
 from candidate_sampling.losses.core import (
+    _Loss,
+    accidental_hits,
     correct_logits,
     mask_logits,
+    positive_column_cross_entropy,
     reduce_loss,
 )
+from candidate_sampling.samplers import CandidateSampler
 
-__all__ = [
-    "MIXED_Q_FORMS",
-    "InBatchSoftmaxLoss",
-    "MixedNegativesLoss",
-    "duplicate_positive_mask",
-    "in_batch_softmax_loss",
-    "mixed_log_q",
-    "mixed_negatives_logits",
-    "mixed_negatives_loss",
-    "positive_on_diagonal_loss",
-]
-
-MIXED_Q_FORMS = ("mixture", "expected_count", "inclusion")
+__all__ = ["RetrievalLoss", "in_batch_logits", "in_batch_softmax_loss"]
 
 
-def mixed_log_q(
-    batch_probs: torch.Tensor,
-    extra_probs: torch.Tensor,
-    batch_size: int,
-    num_extra: int,
-    form: str = "expected_count",
+def in_batch_logits(
+    query: torch.Tensor,
+    candidates: torch.Tensor,
+    *,
+    positive_ids: torch.Tensor | None = None,
+    candidate_ids: torch.Tensor | None = None,
+    log_q: torch.Tensor | None = None,
+    temperature: float | torch.Tensor = 1.0,
+    remove_accidental_hits: bool | None = None,
 ) -> torch.Tensor:
-    """``log Q*(y)`` of a candidate under mixed negatives, for three readings of Yang et al.
+    """Corrected, masked logits ``(B, C)`` of the in-batch layout; row i's positive is column i.
 
-    ``batch_probs`` ``q(y)``: the probability that one batch positive is ``y`` (the unigram
-    frequency of ``y`` as a training positive); ``extra_probs`` ``r(y)``: the extra
-    sampler's per-draw probability (``1/|V|`` for uniform). Same shape, any shape.
-
-    * ``"expected_count"``: ``Q* = B·q + B'·r`` — the expected number of columns holding
-      ``y`` (TF's semantics for log Q).
-    * ``"mixture"``: ``Q* = (B·q + B'·r) / (B + B')`` — the per-column probability of the
-      mixture. It is the expected count divided by the constant ``B + B'``, so under a
-      softmax it gives *exactly* the same loss, provided every column (in-batch and extra
-      alike) uses it.
-    * ``"inclusion"``: ``Q* = 1 − (1 − q)^B (1 − r)^{B'}`` — the probability that ``y`` is
-      among the candidates at least once (computed as ``−expm1(B log1p(−q) + B' log1p(−r))``).
-      It equals the expected count for rare items and saturates at 1 for popular ones, so
-      it corrects popular items less.
-
-    Returns float32 ``log Q*`` of the inputs' shape. Chapter 5.
+    Arguments as in :func:`in_batch_softmax_loss`. Logit of candidate ``j`` for row ``i``:
+    ``u_i·v_j / τ − log Q_j``; masked columns hold the finite
+    :func:`~candidate_sampling.losses.core.mask_value`.
     """
-    if form not in MIXED_Q_FORMS:
-        raise ValueError(f"form must be one of {MIXED_Q_FORMS}, got {form!r}")
-    check_int_range("batch_size", batch_size, 1)
-    check_int_range("num_extra", num_extra, 0)
-    for name, probs in (("batch_probs", batch_probs), ("extra_probs", extra_probs)):
-        if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
-            raise ValueError(f"{name} must be a floating-point tensor of probabilities")
-        if probs.numel() and (bool((probs < 0).any()) or bool((probs > 1).any())):
-            raise ValueError(f"{name} must lie in [0, 1]")
-    if batch_probs.shape != extra_probs.shape:
-        raise ValueError(
-            f"batch_probs and extra_probs must have the same shape, got "
-            f"{tuple(batch_probs.shape)} and {tuple(extra_probs.shape)}"
-        )
-    q = batch_probs.to(torch.float64)
-    r = extra_probs.to(torch.float64)
-    if form == "inclusion":
-        value = -torch.expm1(batch_size * torch.log1p(-q) + num_extra * torch.log1p(-r))
-    else:
-        value = batch_size * q + num_extra * r
-        if form == "mixture":
-            value = value / (batch_size + num_extra)
-    if value.numel() and bool((value <= 0).any()):
-        raise ValueError(
-            "Q* must be > 0 for every candidate: an item with q = r = 0 cannot be drawn"
-        )
-    return torch.log(value).to(torch.float32)
-
-
-def duplicate_positive_mask(
-    positive_ids: torch.Tensor, candidate_ids: torch.Tensor
-) -> torch.Tensor:
-    """(B, C) bool: column ``j`` holds row ``i``'s positive item but is not row ``i``'s own column.
-
-    ``positive_ids``: (B,); ``candidate_ids``: (C,) with ``C >= B`` whose first ``B``
-    entries are the batch's positives (column ``i`` is row ``i``'s positive). This masks
-    duplicate positives in the in-batch part and accidental hits among the extras alike.
-    """
-    check_tensor("positive_ids", positive_ids, ("B",), floating=False)
-    check_tensor("candidate_ids", candidate_ids, ("C",), floating=False)
-    batch = positive_ids.shape[0]
-    same = positive_ids[:, None] == candidate_ids[None, :]
-    same[:, :batch].fill_diagonal_(False)
-    return same
-
-
-def _check_inputs(query, items, ids, log_q, extra, extra_ids, extra_log_q):
     check_tensor("query", query, ("B", "d"), floating=True)
-    check_tensor("item_embeddings", items, ("B", "d"), floating=True)
-    check_same("batch size B", query=query.shape[0], item_embeddings=items.shape[0])
-    check_same("embedding size d", query=query.shape[1], item_embeddings=items.shape[1])
-    batch = query.shape[0]
-    if ids is not None:
-        check_tensor("item_ids", ids, ("B",), floating=False)
-        check_same("batch size B", query=batch, item_ids=ids.shape[0])
+    check_tensor("candidates", candidates, ("C", "d"), floating=True)
+    check_same("embedding size d", query=query.shape[1], candidates=candidates.shape[1])
+    batch, num_cand = query.shape[0], candidates.shape[0]
+    if num_cand < batch:
+        raise ValueError(
+            f"candidates must have at least B = {batch} rows (row i's positive is candidate "
+            f"i), got {num_cand}"
+        )
+    if candidate_ids is not None:
+        check_tensor("candidate_ids", candidate_ids, (num_cand,), floating=False)
+    if positive_ids is not None:
+        check_tensor("positive_ids", positive_ids, (batch,), floating=False)
     if log_q is not None:
-        check_tensor("log_q", log_q, ("B",), floating=True)
-        check_same("batch size B", query=batch, log_q=log_q.shape[0])
+        check_tensor("log_q", log_q, (num_cand,), floating=True)
         check_finite("log_q", log_q)
-    if extra is not None:
-        check_tensor("extra_embeddings", extra, ("B'", "d"), floating=True, allow_empty=True)
-        check_same("embedding size d", query=query.shape[1], extra_embeddings=extra.shape[1])
-        if extra_ids is not None:
-            check_tensor("extra_ids", extra_ids, ("B'",), floating=False, allow_empty=True)
-            check_same(
-                "number of extra negatives B'",
-                extra_embeddings=extra.shape[0],
-                extra_ids=extra_ids.shape[0],
-            )
-        if extra_log_q is not None:
-            check_tensor("extra_log_q", extra_log_q, ("B'",), floating=True, allow_empty=True)
-            check_same(
-                "number of extra negatives B'",
-                extra_embeddings=extra.shape[0],
-                extra_log_q=extra_log_q.shape[0],
-            )
-            check_finite("extra_log_q", extra_log_q)
-        if (log_q is None) != (extra_log_q is None):
-            raise ValueError("log_q and extra_log_q must be given together (or both None)")
-        if (ids is None) != (extra_ids is None):
-            raise ValueError("item_ids and extra_ids must be given together (or both None)")
-
-
-def mixed_negatives_logits(
-    query: torch.Tensor,
-    item_embeddings: torch.Tensor,
-    item_ids: torch.Tensor | None = None,
-    log_q: torch.Tensor | None = None,
-    extra_embeddings: torch.Tensor | None = None,
-    extra_ids: torch.Tensor | None = None,
-    extra_log_q: torch.Tensor | None = None,
-    temperature: float = 1.0,
-    remove_duplicates: bool | None = None,
-) -> torch.Tensor:
-    """Corrected, masked logits ``(B, B + B')``; row ``i``'s positive is column ``i``.
-
-    ``query``: (B, d) user-tower outputs; ``item_embeddings``: (B, d) the positives' item-
-    tower outputs (row ``i``'s positive is row ``i``); ``item_ids``: (B,) their ids;
-    ``log_q``: (B,) their ``log Q``; ``extra_*``: the ``B'`` shared extra negatives, (B', d),
-    (B',), (B',). Logit of candidate ``j`` for row ``i``: ``u_i·v_j / τ − log Q_j``; columns
-    are ``[B in-batch | B' extra]``. With ``remove_duplicates`` (needs ids; ``None``, the
-    default, means "when ids are given"), every column other than ``i`` that holds row
-    ``i``'s positive item is masked (duplicate positives and accidental hits).
-    """
-    _check_inputs(query, item_embeddings, item_ids, log_q, extra_embeddings, extra_ids, extra_log_q)
-    candidates, ids, lq = item_embeddings, item_ids, log_q
-    if extra_embeddings is not None and extra_embeddings.shape[0] > 0:
-        candidates = torch.cat([item_embeddings, extra_embeddings.to(item_embeddings.dtype)], 0)
-        if item_ids is not None:
-            ids = torch.cat([item_ids, extra_ids.to(item_ids.dtype)])
-        if log_q is not None:
-            lq = torch.cat([log_q, extra_log_q.to(log_q.dtype)])
-    scores = query @ candidates.T  # (B, C)
-    if lq is None and not isinstance(temperature, torch.Tensor) and temperature == 1.0:
-        logits = scores  # nothing to correct: skip a pass over the (B, C) matrix
-    else:
-        logits = correct_logits(scores, None if lq is None else lq[None, :], temperature)
-    if remove_duplicates is None:
-        remove_duplicates = ids is not None
-    if remove_duplicates:
-        if ids is None:
-            raise ValueError("item_ids are needed to remove duplicates (remove_duplicates=True)")
-        logits = mask_logits(logits, duplicate_positive_mask(item_ids, ids))
-    return logits
-
-
-def positive_on_diagonal_loss(logits: torch.Tensor) -> torch.Tensor:
-    """Per-row softmax cross-entropy when row ``i``'s positive is column ``i``: (B, C) → (B,).
-
-    ``ℓ_i = logsumexp_j(o_ij) − o_ii`` — the in-batch layout's counterpart of
-    :func:`softmax_loss_positive_first` (same value, no copy of the (B, C) matrix).
-    Computed in at least float32.
-    """
-    work = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
-    targets = torch.arange(work.shape[0], device=work.device)
-    return F.cross_entropy(work, targets, reduction="none")
-
-
-def mixed_negatives_loss(
-    query: torch.Tensor,
-    item_embeddings: torch.Tensor,
-    item_ids: torch.Tensor | None = None,
-    log_q: torch.Tensor | None = None,
-    extra_embeddings: torch.Tensor | None = None,
-    extra_ids: torch.Tensor | None = None,
-    extra_log_q: torch.Tensor | None = None,
-    temperature: float = 1.0,
-    remove_duplicates: bool | None = None,
-    reduction: str = "mean",
-) -> torch.Tensor:
-    """Mixed-negative softmax (Yang et al. 2020): in-batch candidates plus ``B'`` shared extras.
-
-    Per row: ``ℓ_i = −o_ii + log Σ_{j ∈ batch ∪ extra, unmasked} exp(o_ij)`` with
-    ``o_ij = u_i·v_j / τ − log Q*_j`` (see :func:`mixed_negatives_logits` for shapes and
-    masks, :func:`mixed_log_q` for ``Q*``). With no extras it is the in-batch softmax.
-    Reduction over rows: ``"mean"`` (default), ``"sum"`` or ``"none"``. Chapter 5.
-    """
-    logits = mixed_negatives_logits(
-        query,
-        item_embeddings,
-        item_ids,
-        log_q,
-        extra_embeddings,
-        extra_ids,
-        extra_log_q,
-        temperature,
-        remove_duplicates,
+    if remove_accidental_hits is None:
+        remove_accidental_hits = candidate_ids is not None
+    dtype = common_float_dtype(query=query, candidates=candidates)
+    scores = query.to(dtype) @ candidates.to(dtype).T  # (B, C)
+    logits = correct_logits(
+        scores, None if log_q is None else log_q[None, :], temperature=temperature
     )
-    return reduce_loss(positive_on_diagonal_loss(logits), reduction)
+    if remove_accidental_hits:
+        if candidate_ids is None:
+            raise ValueError(
+                "candidate_ids are needed to remove accidental hits (remove_accidental_hits=True)"
+            )
+        if positive_ids is None:
+            positive_ids = candidate_ids[:batch]
+        columns = torch.arange(batch, device=positive_ids.device)
+        hits = accidental_hits(positive_ids, candidate_ids, positive_columns=columns)
+        logits = mask_logits(logits, hits.to(logits.device))
+    return logits
 
 
 def in_batch_softmax_loss(
     query: torch.Tensor,
-    item_embeddings: torch.Tensor,
-    item_ids: torch.Tensor | None = None,
+    candidates: torch.Tensor,
+    *,
+    positive_ids: torch.Tensor | None = None,
+    candidate_ids: torch.Tensor | None = None,
     log_q: torch.Tensor | None = None,
-    temperature: float = 1.0,
-    remove_duplicates: bool | None = None,
+    temperature: float | torch.Tensor = 1.0,
+    remove_accidental_hits: bool | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """In-batch softmax: row ``i`` against the ``B`` positives of the batch (Yi et al. 2019).
+    """In-batch softmax over one candidate matrix (Yi et al. 2019; TFRS ``Retrieval.call``).
 
-    ``ℓ_i = −o_ii + log Σ_j exp(o_ij)``, ``o_ij = u_i·v_j / τ − log Q(y_j)``.
-    ``query``, ``item_embeddings``: (B, d); ``item_ids``: (B,) (needed for
-    ``remove_duplicates``); ``log_q``: (B,) log of each positive's in-batch probability (the
-    logQ correction; ``None`` for the plain in-batch softmax of TF Recommenders' tutorial).
-    Equals :func:`mixed_negatives_loss` with no extra negatives. Chapter 5.
+    ``ℓ_i = −o_ii + log Σ_{j unmasked} exp(o_ij)``, ``o_ij = u_i·v_j / τ − log Q(y_j)``.
+
+    ``query``: (B, d); ``candidates``: (C, d) with ``C ≥ B``, row ``i``'s positive in row
+    ``i`` — the batch's positives, then any extra candidates (mixed negatives, a queue,
+    other devices' positives); ``candidate_ids``: (C,) their ids; ``positive_ids``: (B,),
+    defaults to ``candidate_ids[:B]``; ``log_q``: (C,) log expected count of each column
+    (``None``: no correction, TFRS's tutorial); ``remove_accidental_hits``: mask every
+    column ``j ≠ i`` whose id is row ``i``'s positive id — ``None`` (default) means "when
+    ``candidate_ids`` are given" (TFRS's default is False). Half inputs are computed in
+    float32; mixed float dtypes are promoted. Reduction over rows: ``"mean"`` (default),
+    ``"sum"`` (TFRS) or ``"none"``. Chapter 5.
     """
-    return mixed_negatives_loss(
+    logits = in_batch_logits(
         query,
-        item_embeddings,
-        item_ids,
-        log_q,
-        None,
-        None,
-        None,
-        temperature,
-        remove_duplicates,
-        reduction,
+        candidates,
+        positive_ids=positive_ids,
+        candidate_ids=candidate_ids,
+        log_q=log_q,
+        temperature=temperature,
+        remove_accidental_hits=remove_accidental_hits,
+    )
+    columns = torch.arange(query.shape[0], device=logits.device)
+    return reduce_loss(positive_column_cross_entropy(logits, columns), reduction)
+
+
+class RetrievalLoss(_Loss):
+    """The retrieval task as one module: log Q, extra negatives, hit removal, reduction.
+
+    TF Recommenders' ``Retrieval`` task in PyTorch, with the logQ correction built in.
+
+    * ``item_probabilities``: (|V|,) ``q(y)``, the probability that one batch positive is
+      ``y`` (:func:`~candidate_sampling.frequency.item_probabilities` of the training
+      positives). The in-batch columns then carry the expected count ``B·q(y)``.
+    * ``frequency_estimator``: a :class:`~candidate_sampling.frequency.StreamingFrequencyEstimator`
+      updated with each batch's positive ids; its inclusion probability stands in for the
+      expected count (the two agree for rare items). Give at most one of the two sources;
+      with neither there is no correction.
+    * ``sampler`` and ``num_samples``: ``B'`` extra negatives per batch, shared by the
+      rows, encoded with the ``item_encoder`` passed to :meth:`forward`. With a log-Q
+      source every column gets the mixed expected count ``Q* = B·q(y) + B'·r(y)``
+      (``r`` = the sampler's per-draw probability; with ``unique=True`` the extras'
+      expected count is ``1 − (1 − r)^num_tries`` instead of ``B'·r``).
+    * ``remove_accidental_hits`` (default True), ``temperature``, ``reduction``.
+
+    ``forward(query (B, d), positive_embeddings (B, d), positive_ids (B,) or None, *,
+    item_encoder=None, generator=None)`` → the loss of :func:`in_batch_softmax_loss`.
+    """
+
+    _options = (
+        "temperature",
+        "num_samples",
+        "unique",
+        "remove_accidental_hits",
+        "reduction",
+        "log_q_source",
     )
 
-
-class InBatchSoftmaxLoss(nn.Module):
-    """Module form of :func:`in_batch_softmax_loss` with a fixed temperature and options."""
-
     def __init__(
         self,
+        *,
         temperature: float = 1.0,
-        remove_duplicates: bool | None = None,
+        item_probabilities: torch.Tensor | None = None,
+        frequency_estimator: StreamingFrequencyEstimator | None = None,
+        sampler: CandidateSampler | None = None,
+        num_samples: int = 0,
+        unique: bool = False,
+        remove_accidental_hits: bool = True,
         reduction: str = "mean",
     ) -> None:
-        super().__init__()
-        self.temperature = temperature
-        self.remove_duplicates = remove_duplicates
-        self.reduction = reduction
+        super().__init__(temperature=temperature, reduction=reduction)
+        if item_probabilities is not None and frequency_estimator is not None:
+            raise ValueError("give item_probabilities or frequency_estimator, not both")
+        if item_probabilities is not None:
+            check_tensor("item_probabilities", item_probabilities, ("|V|",), floating=True)
+            check_probabilities("item_probabilities", item_probabilities)
+            self.register_buffer("item_probabilities", item_probabilities.detach().clone())
+        else:
+            self.item_probabilities = None
+        if frequency_estimator is not None and not isinstance(
+            frequency_estimator, StreamingFrequencyEstimator
+        ):
+            raise ValueError(
+                "frequency_estimator must be a StreamingFrequencyEstimator, got "
+                f"{type(frequency_estimator).__name__}"
+            )
+        self.frequency_estimator = frequency_estimator
+        check_int_range("num_samples", num_samples, 0)
+        if num_samples and sampler is None:
+            raise ValueError("num_samples > 0 needs a sampler for the extra negatives")
+        if sampler is not None and not isinstance(sampler, CandidateSampler):
+            raise ValueError(f"sampler must be a CandidateSampler, got {type(sampler).__name__}")
+        self.sampler = sampler
+        self.num_samples = num_samples
+        self.unique = unique
+        self.remove_accidental_hits = remove_accidental_hits
 
-    def forward(self, query, item_embeddings, item_ids=None, log_q=None):
-        return in_batch_softmax_loss(
-            query,
-            item_embeddings,
-            item_ids,
-            log_q,
-            self.temperature,
-            self.remove_duplicates,
-            self.reduction,
-        )
+    @property
+    def log_q_source(self) -> str:
+        if self.item_probabilities is not None:
+            return "item_probabilities"
+        if self.frequency_estimator is not None:
+            return "frequency_estimator"
+        return "none"
 
-
-class MixedNegativesLoss(nn.Module):
-    """Module form of :func:`mixed_negatives_loss` with a fixed temperature and options."""
-
-    def __init__(
-        self,
-        temperature: float = 1.0,
-        remove_duplicates: bool | None = None,
-        reduction: str = "mean",
-    ) -> None:
-        super().__init__()
-        self.temperature = temperature
-        self.remove_duplicates = remove_duplicates
-        self.reduction = reduction
+    def _batch_counts(self, ids: torch.Tensor, batch: int) -> torch.Tensor | None:
+        """Expected count of ``ids`` among the ``B`` in-batch columns (float64), or None."""
+        if self.item_probabilities is not None:
+            return batch * self.item_probabilities[ids.to(self.item_probabilities.device)].double()
+        if self.frequency_estimator is not None:
+            return self.frequency_estimator.estimate(ids).double()
+        return None
 
     def forward(
         self,
-        query,
-        item_embeddings,
-        item_ids=None,
-        log_q=None,
-        extra_embeddings=None,
-        extra_ids=None,
-        extra_log_q=None,
-    ):
-        return mixed_negatives_loss(
+        query: torch.Tensor,
+        positive_embeddings: torch.Tensor,
+        positive_ids: torch.Tensor | None = None,
+        *,
+        item_encoder: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        batch = query.shape[0]
+        needs_ids = (
+            self.remove_accidental_hits or self.log_q_source != "none" or self.num_samples > 0
+        )
+        if positive_ids is None and needs_ids:
+            raise ValueError("positive_ids are needed for log Q, extra negatives or hit removal")
+        if self.frequency_estimator is not None:
+            self.frequency_estimator.update(positive_ids)
+        candidates, candidate_ids = positive_embeddings, positive_ids
+        if self.num_samples:
+            if item_encoder is None:
+                raise ValueError("item_encoder is needed to embed the sampled extra negatives")
+            draw = self.sampler.sample(self.num_samples, unique=self.unique, generator=generator)
+            extra_ids = draw.ids.to(positive_ids.device)
+            extra = item_encoder(extra_ids)
+            dtype = torch.promote_types(positive_embeddings.dtype, extra.dtype)  # never round down
+            candidates = torch.cat([positive_embeddings.to(dtype), extra.to(dtype)])
+            candidate_ids = torch.cat([positive_ids, extra_ids])
+        log_q = None
+        counts = None if candidate_ids is None else self._batch_counts(candidate_ids, batch)
+        if counts is not None:
+            if self.num_samples:
+                r = self.sampler.probs[candidate_ids.to(self.sampler.device)].double()
+                # expected count among the extras: B'·r, or 1 − (1 − r)^tries if unique
+                extra_counts = (
+                    inclusion_probability(r, draw.num_tries)
+                    if draw.unique
+                    else self.num_samples * r
+                )
+                counts = counts + extra_counts.to(counts.device)
+            log_q = torch.log(counts).float().to(query.device)
+        return in_batch_softmax_loss(
             query,
-            item_embeddings,
-            item_ids,
-            log_q,
-            extra_embeddings,
-            extra_ids,
-            extra_log_q,
-            self.temperature,
-            self.remove_duplicates,
-            self.reduction,
+            candidates,
+            positive_ids=positive_ids,
+            candidate_ids=candidate_ids,
+            log_q=log_q,
+            temperature=self.temperature,
+            remove_accidental_hits=self.remove_accidental_hits,
+            reduction=self.reduction,
         )

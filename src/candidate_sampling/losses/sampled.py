@@ -4,11 +4,18 @@ Chapters 1–4. Every loss here is a composition of the pipeline steps in
 :mod:`candidate_sampling.losses.core` — score → correct (``s/τ − log Q``) → mask →
 softmax or logistic → reduce — and comes in two layers:
 
-* ``*_from_scores`` functions take the scores already computed: positives ``(B,)`` and
-  negatives ``(B, k)``, their log expected counts and a removal mask;
+* ``*_from_scores`` functions take the scores already computed: positives ``(B,)`` (or
+  ``(B, T)`` for ``T`` positives per row, TF's ``num_true``) and negatives ``(B, k)``,
+  their log expected counts and a removal mask;
 * embedding-level functions (``sampled_softmax_loss``, ``nce_loss``, ...) mirror
   TensorFlow's ``_compute_sampled_logits``: one set of ``k`` sampled ids shared by the
-  batch, only the needed rows of the class table gathered, then the ``*_from_scores`` step.
+  batch (a :class:`~candidate_sampling.samplers.CandidateDraw`, which carries the log
+  expected counts of the sampled *and* the positive ids), only the needed rows of the
+  class table gathered — or the ids passed through an item encoder — then the
+  ``*_from_scores`` step.
+
+Every option is keyword-only after the tensor inputs:
+``sampled_softmax_loss(query, classes, positive_ids, draw, *, temperature=..., ...)``.
 
 How they map onto TensorFlow's "Candidate Sampling Algorithms Reference" table (F = the
 model's score s(x, y), Q = the expected count of y in the sampled set, T = the true class,
@@ -35,25 +42,27 @@ of the batch; a logistic row is the *sum* of its ``1 + k`` binary terms (as TF's
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from candidate_sampling._validate import (
     check_finite,
+    get_validate_args,
     check_ids,
     check_int_range,
     check_same,
     check_tensor,
+    common_float_dtype,
 )
 from candidate_sampling.losses.core import (
+    _Loss,
     accidental_hits,
     correct_logits,
     mask_logits,
+    positive_column_cross_entropy,
     reduce_loss,
-    softmax_loss_positive_first,
 )
 from candidate_sampling.samplers import CandidateDraw, CandidateSampler
 
@@ -73,84 +82,86 @@ __all__ = [
     "NCELoss",
 ]
 
+#: A class table (|V|, d) or an item encoder: ids (n,) → embeddings (n, d).
+Classes = torch.Tensor | Callable[[torch.Tensor], torch.Tensor]
 DrawLike = CandidateDraw | Sequence[torch.Tensor]
-
-
-def _upcast(t: torch.Tensor) -> torch.Tensor:
-    """float16 / bfloat16 → float32 (losses are computed in at least float32)."""
-    return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
 
 
 # --------------------------------------------------------------------------- full softmax
 
 
 def softmax_cross_entropy(
-    logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean"
+    logits: torch.Tensor, positive_ids: torch.Tensor, *, reduction: str = "mean"
 ) -> torch.Tensor:
     """The reference: full softmax cross-entropy over the whole catalogue (chapter 1).
 
-    ``loss_i = logsumexp_y(logits[i, y]) − logits[i, targets[i]] = −log p(t_i | x_i)``.
-    ``logits``: (B, |V|) floating; ``targets``: (B,) int ids in ``[0, |V|)``. Computed in at
-    least float32. Reduction ``"mean"`` over rows (default), ``"sum"`` or ``"none"`` → (B,).
+    ``loss_i = logsumexp_y(logits[i, y]) − logits[i, positive_ids[i]] = −log p(y_i | x_i)``.
+    ``logits``: (B, |V|) floating; ``positive_ids``: (B,) int ids in ``[0, |V|)``. Computed
+    in at least float32. Reduction ``"mean"`` over rows (default), ``"sum"`` or ``"none"``.
     """
     check_tensor("logits", logits, ("B", "|V|"), floating=True)
-    check_tensor("targets", targets, ("B",), floating=False)
-    check_same("batch size B", logits=logits.shape[0], targets=targets.shape[0])
-    check_ids("targets", targets, logits.shape[1])
-    work = _upcast(logits)
-    per_row = torch.logsumexp(work, dim=-1) - work.gather(1, targets[:, None]).squeeze(1)
-    return reduce_loss(per_row, reduction)
+    check_tensor("positive_ids", positive_ids, ("B",), floating=False)
+    check_same("batch size B", logits=logits.shape[0], positive_ids=positive_ids.shape[0])
+    check_ids("positive_ids", positive_ids, logits.shape[1])
+    return reduce_loss(positive_column_cross_entropy(logits, positive_ids), reduction)
 
 
 # --------------------------------------------------------------------------- importance sampling
 
 
 def _check_is_inputs(
-    scores: torch.Tensor, log_q: torch.Tensor
+    scores: torch.Tensor, log_proposal: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(scores, torch.Tensor) or not scores.is_floating_point():
         raise ValueError("scores must be a floating-point torch.Tensor of shape (..., m)")
     if scores.dim() == 0 or scores.shape[-1] == 0:
         raise ValueError(f"scores must have shape (..., m) with m >= 1, got {tuple(scores.shape)}")
-    if not isinstance(log_q, torch.Tensor) or not log_q.is_floating_point():
-        raise ValueError("log_q must be a floating-point torch.Tensor broadcastable to scores")
+    if not isinstance(log_proposal, torch.Tensor) or not log_proposal.is_floating_point():
+        raise ValueError(
+            "log_proposal must be a floating-point torch.Tensor broadcastable to scores"
+        )
     try:
-        torch.broadcast_shapes(scores.shape, log_q.shape)
+        torch.broadcast_shapes(scores.shape, log_proposal.shape)
     except RuntimeError as err:
         raise ValueError(
-            f"log_q must be broadcastable to scores {tuple(scores.shape)}, got {tuple(log_q.shape)}"
+            f"log_proposal must be broadcastable to scores {tuple(scores.shape)}, "
+            f"got {tuple(log_proposal.shape)}"
         ) from err
-    check_finite("log_q", log_q)
-    return _upcast(scores), _upcast(log_q.detach())
+    check_finite("log_proposal", log_proposal)
+    dtype = common_float_dtype(scores=scores, log_proposal=log_proposal)
+    return scores.to(dtype), log_proposal.detach().to(dtype)
 
 
-def importance_sampled_log_partition(scores: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+def importance_sampled_log_partition(
+    scores: torch.Tensor, log_proposal: torch.Tensor
+) -> torch.Tensor:
     """log Ẑ, the importance-sampling estimate of ``log Z(x) = log Σ_y e^{s(x, y)}`` (chapter 2).
 
     With ``m`` i.i.d. draws ``y_i ~ q``: ``Ẑ = (1/m) Σ_i e^{s_i} / q(y_i)``, so
     ``log Ẑ = logsumexp_i(s_i − log q_i) − log m``. ``Ẑ`` is unbiased for ``Z``; ``log Ẑ`` is
-    biased low (Jensen) by about ``Var_q(e^s / q) / (2 Z² m) = χ²(p‖q) / (2m)`` and consistent as ``m → ∞``. With
+    biased low (Jensen) by about ``χ²(p‖q) / (2m)`` and consistent as ``m → ∞``. With
     ``q = p`` (the model itself) every term equals ``Z`` and the estimate is exact.
 
-    ``scores``: (..., m) the scores of the sampled classes; ``log_q``: broadcastable to
-    ``scores``, the per-draw log probability (not the expected count: ``log(m q)`` would
-    give ``logsumexp(s − log(m q))`` = log Ẑ directly). Returns (...); no reduction.
+    ``scores``: (..., m) the scores of the sampled classes; ``log_proposal``:
+    broadcastable to ``scores``, the per-draw log probability ``log q(y_i)`` — *not* the
+    log expected count ``log(m q)`` that the sampled losses call ``log_q`` (with it the
+    ``− log m`` would be counted twice). Returns (...); no reduction.
     """
-    scores, log_q = _check_is_inputs(scores, log_q)
-    return torch.logsumexp(scores - log_q, dim=-1) - math.log(scores.shape[-1])
+    scores, log_proposal = _check_is_inputs(scores, log_proposal)
+    return torch.logsumexp(scores - log_proposal, dim=-1) - math.log(scores.shape[-1])
 
 
-def importance_weights(scores: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+def importance_weights(scores: torch.Tensor, log_proposal: torch.Tensor) -> torch.Tensor:
     """Self-normalised importance weights ``w_i = softmax_i(s_i − log q_i)`` (chapter 2).
 
     The negative term of the softmax gradient, ``E_{y~p}[∇s(x, y)]``, is estimated by
     ``Σ_i w_i ∇s(x, y_i)`` with ``y_i ~ q``. The weights sum to 1 without knowing ``Z``;
     the price is a ratio estimator: biased (bias O(1/m)) but consistent. A constant added
-    to ``log_q`` cancels, so per-draw probabilities and expected counts give the same
-    weights. ``scores``: (..., m); ``log_q`` broadcastable → (..., m), float32 or wider.
+    to ``log_proposal`` cancels, so per-draw probabilities and expected counts give the
+    same weights. ``scores``: (..., m); ``log_proposal`` broadcastable → (..., m).
     """
-    scores, log_q = _check_is_inputs(scores, log_q)
-    return torch.softmax(scores - log_q, dim=-1)
+    scores, log_proposal = _check_is_inputs(scores, log_proposal)
+    return torch.softmax(scores - log_proposal, dim=-1)
 
 
 def effective_sample_size(weights: torch.Tensor) -> torch.Tensor:
@@ -178,7 +189,13 @@ def _check_scores_and_corrections(
     negative_log_q: torch.Tensor | None,
     mask: torch.Tensor | None,
 ) -> None:
-    check_tensor("positive_scores", positive_scores, ("B",), floating=True)
+    if not isinstance(positive_scores, torch.Tensor) or positive_scores.dim() not in (1, 2):
+        shape = tuple(positive_scores.shape) if isinstance(positive_scores, torch.Tensor) else None
+        raise ValueError(f"positive_scores must have shape (B,) or (B, T), got {shape}")
+    if not positive_scores.is_floating_point():
+        raise ValueError(
+            f"positive_scores must be a floating-point tensor, got {positive_scores.dtype}"
+        )
     check_tensor("negative_scores", negative_scores, ("B", "k"), floating=True)
     check_same(
         "batch size B",
@@ -187,7 +204,13 @@ def _check_scores_and_corrections(
     )
     b, k = negative_scores.shape
     if positive_log_q is not None:
-        check_tensor("positive_log_q", positive_log_q, (b,), floating=True)
+        if tuple(positive_log_q.shape) != tuple(positive_scores.shape):
+            raise ValueError(
+                f"positive_log_q must have the shape of positive_scores "
+                f"{tuple(positive_scores.shape)}, got {tuple(positive_log_q.shape)}"
+            )
+        if not positive_log_q.is_floating_point():
+            raise ValueError(f"positive_log_q must be floating-point, got {positive_log_q.dtype}")
         check_finite("positive_log_q", positive_log_q)
     if negative_log_q is not None:
         if negative_log_q.dim() == 1:
@@ -201,135 +224,216 @@ def _check_scores_and_corrections(
             raise ValueError(f"mask must be a bool tensor, got {mask.dtype}")
 
 
+def _positive_logits(
+    positive_scores: torch.Tensor,
+    positive_log_q: torch.Tensor | None,
+    temperature: float | torch.Tensor,
+) -> torch.Tensor:
+    """(B,) or (B, T) corrected positive logits as (B, T)."""
+    pos = correct_logits(positive_scores, positive_log_q, temperature=temperature)
+    return pos if pos.dim() == 2 else pos[:, None]
+
+
 # --------------------------------------------------------------------------- sampled softmax
 
 
 def sampled_softmax_from_scores(
     positive_scores: torch.Tensor,
     negative_scores: torch.Tensor,
+    *,
     positive_log_q: torch.Tensor | None = None,
     negative_log_q: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
-    temperature: float = 1.0,
+    temperature: float | torch.Tensor = 1.0,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Sampled softmax from scores: softmax over ``{t} ∪ S`` with the logQ correction (chapter 4).
+    """Sampled softmax from scores: softmax over ``T ∪ S`` with the logQ correction (chapter 4).
 
-    ``o_t = s_t/τ − log Q_t``, ``o_j = s_j/τ − log Q_j`` and
-    ``loss = logsumexp(o_t, o_1..o_k) − o_t``, where masked negatives (accidental hits)
-    get the finite :func:`~candidate_sampling.losses.core.mask_value` (zero weight, zero
-    gradient). ``log Q`` is the log expected count; ``None`` means no correction. A
-    constant added to every ``log Q`` leaves the loss unchanged. A row whose negatives are
-    all masked has loss exactly 0. TF table: positives {t}, negatives S − T, input F − log Q,
-    softmax; F learns ``log P(y | x) + K(x)``.
+    ``o_t = s_t/τ − log Q_t``, ``o_j = s_j/τ − log Q_j`` and, with ``T`` positives per row
+    each labelled ``1/T`` (TF's ``num_true``),
+    ``loss = logsumexp(o_{t_1..t_T}, o_1..o_k) − (1/T) Σ_t o_t``; masked negatives
+    (accidental hits) get the finite :func:`~candidate_sampling.losses.core.mask_value`
+    (zero weight, zero gradient). ``log Q`` is the log expected count; ``None`` means no
+    correction. A constant added to every ``log Q`` leaves the loss unchanged. TF table:
+    positives T, negatives S − T, input F − log Q, softmax; F learns ``log P(y | x) + K(x)``.
 
-    ``positive_scores``: (B,); ``negative_scores``: (B, k); ``positive_log_q``: (B,);
-    ``negative_log_q``: (k,) shared by the batch or (B, k); ``mask``: (B, k) bool, True =
-    remove. float16 / bfloat16 inputs are computed in float32. Reduction: mean over rows.
+    ``positive_scores``: (B,) or (B, T); ``negative_scores``: (B, k); ``positive_log_q``:
+    shaped like ``positive_scores``; ``negative_log_q``: (k,) shared by the batch or
+    (B, k); ``mask``: (B, k) bool, True = remove. Mixed dtypes are promoted, half inputs
+    computed in float32. Reduction: mean over rows.
     """
     _check_scores_and_corrections(
         positive_scores, negative_scores, positive_log_q, negative_log_q, mask
     )
-    pos = correct_logits(_upcast(positive_scores), positive_log_q, temperature)
-    neg = correct_logits(_upcast(negative_scores), negative_log_q, temperature)
+    dtype = common_float_dtype(positive_scores=positive_scores, negative_scores=negative_scores)
+    pos = _positive_logits(positive_scores.to(dtype), positive_log_q, temperature)
+    neg = correct_logits(negative_scores.to(dtype), negative_log_q, temperature=temperature)
     neg = mask_logits(neg, mask)
-    logits = torch.cat([pos[:, None], neg], dim=1)
-    return reduce_loss(softmax_loss_positive_first(logits), reduction)
+    logits = torch.cat([pos, neg], dim=1)
+    num_true = pos.shape[1]
+    if num_true == 1:
+        columns: int | torch.Tensor = 0
+    else:
+        columns = torch.arange(num_true, device=logits.device).expand(logits.shape[0], -1)
+    return reduce_loss(positive_column_cross_entropy(logits, columns), reduction)
 
 
 def _unpack_draw(
-    draw: DrawLike, positive_ids: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    draw: DrawLike, positive_ids: torch.Tensor, subtract_log_q: bool
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     if isinstance(draw, CandidateDraw):
-        return draw.ids, draw.log_expected_count, draw.log_expected_count_of(positive_ids)
-    if isinstance(draw, (tuple, list)) and len(draw) == 3:
+        sampled_ids, sampled_log_q, positive_log_q = draw.ids, draw.log_q, draw.positive_log_q
+    elif isinstance(draw, (tuple, list)) and len(draw) == 3:
         sampled_ids, sampled_log_q, positive_log_q = draw
         check_tensor("sampled_ids", sampled_ids, ("k",), floating=False)
         check_tensor("sampled_log_q", sampled_log_q, (sampled_ids.shape[0],), floating=True)
-        check_tensor("positive_log_q", positive_log_q, (positive_ids.shape[0],), floating=True)
-        return sampled_ids, sampled_log_q, positive_log_q
-    raise ValueError(
-        "draw must be a CandidateDraw or a tuple (sampled_ids (k,), sampled_log_q (k,), "
-        f"positive_log_q (B,)), got {type(draw).__name__}"
-    )
+    else:
+        raise ValueError(
+            "draw must be a CandidateDraw or a tuple (sampled_ids (k,), sampled_log_q (k,), "
+            f"positive_log_q shaped like positive_ids), got {type(draw).__name__}"
+        )
+    if not subtract_log_q:
+        return sampled_ids, None, None
+    if positive_log_q is None:
+        raise ValueError(
+            "draw.positive_log_q is None, but subtract_log_q=True needs the positives' log "
+            "expected count: draw with sampler.sample(k, positive_ids=positive_ids)"
+        )
+    if tuple(positive_log_q.shape) != tuple(positive_ids.shape):
+        raise ValueError(
+            f"draw's positive_log_q must have the shape of positive_ids "
+            f"{tuple(positive_ids.shape)}, got {tuple(positive_log_q.shape)}"
+        )
+    if get_validate_args() and bool(torch.isneginf(positive_log_q).any()):
+        raise ValueError(
+            "positive_log_q is -inf for some positive id: the proposal cannot draw it "
+            "(an excluded id?), so the sampled loss is undefined for that row"
+        )
+    return sampled_ids, sampled_log_q, positive_log_q
+
+
+def _embed(classes: Classes, ids: torch.Tensor, sparse: bool) -> torch.Tensor:
+    """Rows of the class table (one gather, optionally with a sparse gradient) or encodings."""
+    if isinstance(classes, torch.Tensor):
+        return F.embedding(ids, classes, sparse=sparse)
+    return classes(ids)
 
 
 def sampled_scores(
     query: torch.Tensor,
-    class_weights: torch.Tensor,
-    class_bias: torch.Tensor | None,
+    classes: Classes,
     positive_ids: torch.Tensor,
     sampled_ids: torch.Tensor,
+    *,
+    class_bias: torch.Tensor | None = None,
     sparse: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scores of the true and the shared sampled classes, gathering only their rows (chapter 4).
+    """Scores of the positive and the shared sampled classes, touching only their rows (ch. 4).
 
-    ``s(x, y) = query · class_weights[y] + class_bias[y]``. The rows of ``positive_ids`` and
-    ``sampled_ids`` are gathered in one ``F.embedding`` call (``sparse=True`` gives a sparse
-    gradient for ``class_weights``, for ``torch.optim.SGD`` / ``SparseAdam``); nothing of
-    size |V| × d is touched. ``query``: (B, d); ``class_weights``: (|V|, d); ``class_bias``:
-    (|V|,) or None; ``positive_ids``: (B,); ``sampled_ids``: (k,).
-    Returns ``positive_scores`` (B,) and ``negative_scores`` (B, k).
+    ``s(x, y) = query · w_y + b_y``, where ``w_y`` is row ``y`` of the class table or the
+    output of the item encoder for id ``y``. ``classes``: a (|V|, d) class table, whose
+    rows of ``positive_ids`` and ``sampled_ids`` are gathered in one ``F.embedding`` call
+    (``sparse=True`` gives a sparse gradient for ``torch.optim.SGD`` / ``SparseAdam``), or
+    an item encoder, a callable ``ids (n,) → (n, d)`` such as an item tower, called once on
+    the concatenated ids; nothing of size |V| × d is touched either way.
+    ``query``: (B, d); ``class_bias``: (|V|,) or None; ``positive_ids``: (B,) or
+    (B, T); ``sampled_ids``: (k,). Returns ``positive_scores`` shaped like
+    ``positive_ids`` and ``negative_scores`` (B, k), in at least float32.
     """
     check_tensor("query", query, ("B", "d"), floating=True)
-    check_tensor("class_weights", class_weights, ("|V|", "d"), floating=True)
-    check_same("embedding dimension d", query=query.shape[1], class_weights=class_weights.shape[1])
-    num_classes = class_weights.shape[0]
-    check_tensor("positive_ids", positive_ids, ("B",), floating=False)
+    is_table = isinstance(classes, torch.Tensor)
+    if is_table:
+        check_tensor("classes", classes, ("|V|", "d"), floating=True)
+        check_same("embedding dimension d", query=query.shape[1], classes=classes.shape[1])
+        num_classes = classes.shape[0]
+    elif callable(classes):
+        num_classes = class_bias.shape[0] if class_bias is not None else None
+    else:
+        raise ValueError(
+            "classes must be a class table (|V|, d) or an item encoder (ids -> embeddings), "
+            f"got {type(classes).__name__}"
+        )
+    if positive_ids.dim() not in (1, 2) or positive_ids.is_floating_point():
+        raise ValueError(
+            f"positive_ids must be an integer tensor of shape (B,) or (B, T), got "
+            f"{positive_ids.dtype} {tuple(positive_ids.shape)}"
+        )
     check_same("batch size B", query=query.shape[0], positive_ids=positive_ids.shape[0])
-    check_ids("positive_ids", positive_ids, num_classes)
     check_tensor("sampled_ids", sampled_ids, ("k",), floating=False)
-    check_ids("sampled_ids", sampled_ids, num_classes)
     if class_bias is not None:
-        check_tensor("class_bias", class_bias, (num_classes,), floating=True)
-    b = query.shape[0]
-    all_ids = torch.cat([positive_ids, sampled_ids.to(positive_ids.device)]).long()
-    rows = F.embedding(all_ids, class_weights, sparse=sparse)
-    pos = (query * rows[:b]).sum(-1)
-    neg = query @ rows[b:].T
+        check_tensor("class_bias", class_bias, ("|V|",), floating=True)
+        if is_table:
+            check_same(
+                "number of classes |V|", classes=classes.shape[0], class_bias=class_bias.shape[0]
+            )
+    if num_classes is not None:
+        check_ids("positive_ids", positive_ids, num_classes)
+        check_ids("sampled_ids", sampled_ids, num_classes)
+    flat_pos = positive_ids.reshape(-1)
+    n_pos = flat_pos.shape[0]
+    all_ids = torch.cat([flat_pos, sampled_ids.to(positive_ids.device)]).long()
+    rows = _embed(classes, all_ids, sparse)
+    if not isinstance(rows, torch.Tensor) or rows.shape != (all_ids.shape[0], query.shape[1]):
+        raise ValueError(
+            f"the item encoder must map ids (n,) to embeddings (n, d={query.shape[1]}), "
+            f"got {tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows)}"
+        )
+    dtype = common_float_dtype(query=query, classes=rows, class_bias=class_bias)
+    q, rows = query.to(dtype), rows.to(dtype)
+    pos_rows = rows[:n_pos].reshape(*positive_ids.shape, -1)
+    pos = (q[:, None, :] * pos_rows).sum(-1) if positive_ids.dim() == 2 else (q * pos_rows).sum(-1)
+    neg = q @ rows[n_pos:].T
     if class_bias is not None:
-        bias = class_bias[all_ids]
-        pos = pos + bias[:b]
-        neg = neg + bias[b:]
+        bias = class_bias[all_ids].to(dtype)
+        pos = pos + bias[:n_pos].reshape(positive_ids.shape)
+        neg = neg + bias[n_pos:]
     return pos, neg
 
 
 def _sampled_loss_inputs(
     query: torch.Tensor,
-    class_weights: torch.Tensor,
-    class_bias: torch.Tensor | None,
+    classes: Classes,
     positive_ids: torch.Tensor,
     draw: DrawLike,
+    class_bias: torch.Tensor | None,
     remove_accidental_hits: bool,
     subtract_log_q: bool,
     sparse: bool,
-) -> tuple[torch.Tensor, ...]:
+) -> dict[str, torch.Tensor | None]:
     """The shared front of the embedding-level losses (TF's ``_compute_sampled_logits``).
 
-    Returns ``(positive_scores, negative_scores, positive_log_q, negative_log_q, mask)`` in
-    the order the ``*_from_scores`` functions take them; corrections are ``None`` when
-    ``subtract_log_q`` is off, the mask is ``None`` when hits are kept.
+    Returns the keyword arguments of the ``*_from_scores`` functions: scores, corrections
+    (``None`` when ``subtract_log_q`` is off) and the accidental-hit mask (``None`` when
+    hits are kept).
     """
-    check_tensor("positive_ids", positive_ids, ("B",), floating=False)
-    sampled_ids, sampled_log_q, positive_log_q = _unpack_draw(draw, positive_ids)
-    pos, neg = sampled_scores(query, class_weights, class_bias, positive_ids, sampled_ids, sparse)
+    if not isinstance(positive_ids, torch.Tensor):
+        raise ValueError(f"positive_ids must be a torch.Tensor, got {type(positive_ids).__name__}")
+    sampled_ids, sampled_log_q, positive_log_q = _unpack_draw(draw, positive_ids, subtract_log_q)
+    pos, neg = sampled_scores(
+        query, classes, positive_ids, sampled_ids, class_bias=class_bias, sparse=sparse
+    )
     mask = (
         accidental_hits(positive_ids, sampled_ids.to(positive_ids.device))
         if remove_accidental_hits
         else None
     )
-    if not subtract_log_q:
-        positive_log_q = sampled_log_q = None
-    return pos, neg, positive_log_q, sampled_log_q, mask
+    return {
+        "positive_scores": pos,
+        "negative_scores": neg,
+        "positive_log_q": positive_log_q,
+        "negative_log_q": sampled_log_q,
+        "mask": mask,
+    }
 
 
 def sampled_softmax_loss(
     query: torch.Tensor,
-    class_weights: torch.Tensor,
-    class_bias: torch.Tensor | None,
+    classes: Classes,
     positive_ids: torch.Tensor,
     draw: DrawLike,
-    temperature: float = 1.0,
+    *,
+    class_bias: torch.Tensor | None = None,
+    temperature: float | torch.Tensor = 1.0,
     remove_accidental_hits: bool = True,
     subtract_log_q: bool = True,
     reduction: str = "mean",
@@ -337,30 +441,32 @@ def sampled_softmax_loss(
 ) -> torch.Tensor:
     """Sampled softmax from embeddings: TF's ``sampled_softmax_loss``, chapter 4.
 
-    Steps (TF's ``_compute_sampled_logits``): gather the rows of the true and sampled ids
-    (:func:`sampled_scores`); subtract the log expected count from *both* the true logit
-    (TF's ``true_expected_count``) and the sampled ones, after the temperature
-    (``s/τ − log Q``); mask sampled ids equal to the row's true id (accidental hits, on by
-    default as in TF); softmax cross-entropy with the true class first; mean over rows.
+    Steps (TF's ``_compute_sampled_logits``): gather the rows of the positive and sampled
+    ids, or encode them (:func:`sampled_scores`); subtract the log expected count from
+    *both* the positive logits (TF's ``true_expected_count``) and the sampled ones, after
+    the temperature (``s/τ − log Q``); mask sampled ids equal to a row's positive id
+    (accidental hits, on by default as in TF); softmax cross-entropy with the positives'
+    columns first, each labelled ``1/T``; mean over rows.
 
-    ``query``: (B, d); ``class_weights``: (|V|, d); ``class_bias``: (|V|,) or None;
-    ``positive_ids``: (B,); ``draw``: a :class:`~candidate_sampling.samplers.CandidateDraw`
-    or a tuple ``(sampled_ids (k,), sampled_log_q (k,), positive_log_q (B,))`` of ids and
-    log expected counts. The sampled ids and log Q get no gradient. A true id the proposal
-    cannot draw (log Q = −inf, e.g. an excluded id) raises ``ValueError``.
-    Only ``num_true = 1`` is supported (one positive per row).
+    ``query``: (B, d); ``classes``: a class table (|V|, d) or an item encoder
+    (ids → embeddings); ``positive_ids``: (B,) or (B, T) (TF's ``num_true = T``);
+    ``draw``: a :class:`~candidate_sampling.samplers.CandidateDraw` made with
+    ``positive_ids`` (so it carries ``positive_log_q``) or a tuple
+    ``(sampled_ids (k,), sampled_log_q (k,), positive_log_q)``; ``class_bias``: (|V|,) or
+    None. The sampled ids and log Q get no gradient. A positive id the proposal cannot
+    draw (log Q = −inf, e.g. an excluded id) raises ``ValueError``.
     """
     inputs = _sampled_loss_inputs(
         query,
-        class_weights,
-        class_bias,
+        classes,
         positive_ids,
         draw,
+        class_bias,
         remove_accidental_hits,
         subtract_log_q,
         sparse,
     )
-    return sampled_softmax_from_scores(*inputs, temperature, reduction)
+    return sampled_softmax_from_scores(**inputs, temperature=temperature, reduction=reduction)
 
 
 # --------------------------------------------------------------------------- NCE family
@@ -369,24 +475,26 @@ def sampled_softmax_loss(
 def nce_from_scores(
     positive_scores: torch.Tensor,
     negative_scores: torch.Tensor,
+    *,
     positive_log_q: torch.Tensor | None = None,
     negative_log_q: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
-    temperature: float = 1.0,
+    temperature: float | torch.Tensor = 1.0,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """The logistic (NCE-family) loss from scores, in the stable softplus form (chapter 3).
 
     With ``o = s/τ − log Q`` (``log Q`` = log *expected count* ``log(kq)``; None = no
-    correction) each row is the sum of its ``1 + k`` binary cross-entropies:
+    correction) each row is the sum of its ``T + k`` binary cross-entropies, the ``T``
+    positive columns labelled ``1/T`` and the sampled ones 0 (TF's ``nce_loss``, which
+    uses ``sigmoid_cross_entropy_with_logits`` with those labels):
 
-    ``loss = softplus(−o_t) + Σ_j (1 − mask_j) · softplus(o_j)``,
+    ``loss = Σ_t [softplus(o_t) − o_t / T] + Σ_j (1 − mask_j) · softplus(o_j)``;
 
-    i.e. ``−log σ(o_t) − Σ_j log(1 − σ(o_j))``: the true class labelled 1, the sampled ones
-    0. Masked negatives get zero weight; their logits are replaced by 0 *before* the
-    softplus, so ±inf never enters (no NaN in values or gradients). Unlike the softmax, a
-    constant added to every ``log Q`` changes this loss — which is why NCE needs
-    ``log(kq)``, not ``log q``.
+    for ``T = 1`` the first term is ``softplus(−o_t) = −log σ(o_t)``. Masked negatives get
+    zero weight; their logits are replaced by 0 *before* the softplus, so ±inf never
+    enters. Unlike the softmax, a constant added to every ``log Q`` changes this loss —
+    which is why NCE needs ``log(kq)``, not ``log q``.
 
     Which TF method this is depends on the inputs: NCE (corrections given, no mask; F
     learns ``log P(y|x)``), sampled logistic (corrections and accidental hits masked; F
@@ -397,22 +505,30 @@ def nce_from_scores(
     _check_scores_and_corrections(
         positive_scores, negative_scores, positive_log_q, negative_log_q, mask
     )
-    pos = correct_logits(_upcast(positive_scores), positive_log_q, temperature)
-    neg = correct_logits(_upcast(negative_scores), negative_log_q, temperature)
-    neg_terms = F.softplus(neg if mask is None else torch.where(mask, torch.zeros_like(neg), neg))
+    dtype = common_float_dtype(positive_scores=positive_scores, negative_scores=negative_scores)
+    pos = _positive_logits(positive_scores.to(dtype), positive_log_q, temperature)
+    neg = correct_logits(negative_scores.to(dtype), negative_log_q, temperature=temperature)
+    if mask is not None:
+        neg = torch.where(mask, torch.zeros_like(neg), neg)
+    neg_terms = F.softplus(neg)
     if mask is not None:
         neg_terms = neg_terms.masked_fill(mask, 0.0)
-    per_row = F.softplus(-pos) + neg_terms.sum(-1)
-    return reduce_loss(per_row, reduction)
+    num_true = pos.shape[1]
+    if num_true == 1:
+        pos_terms = F.softplus(-pos[:, 0])
+    else:
+        pos_terms = (F.softplus(pos) - pos / num_true).sum(1)
+    return reduce_loss(pos_terms + neg_terms.sum(-1), reduction)
 
 
 def nce_loss(
     query: torch.Tensor,
-    class_weights: torch.Tensor,
-    class_bias: torch.Tensor | None,
+    classes: Classes,
     positive_ids: torch.Tensor,
     draw: DrawLike,
-    temperature: float = 1.0,
+    *,
+    class_bias: torch.Tensor | None = None,
+    temperature: float | torch.Tensor = 1.0,
     remove_accidental_hits: bool = False,
     subtract_log_q: bool = True,
     reduction: str = "mean",
@@ -420,34 +536,36 @@ def nce_loss(
 ) -> torch.Tensor:
     """Noise-contrastive estimation from embeddings, TF's ``nce_loss`` (chapter 3).
 
-    Scores as in :func:`sampled_scores`; logits ``s/τ − log(expected count)`` for the true
-    and the sampled ids; loss = :func:`nce_from_scores`. Defaults follow TF: accidental hits
-    are *kept* (``remove_accidental_hits=False``); with ``True`` this is "sampled logistic"
-    (:func:`sampled_logistic_loss`); with ``subtract_log_q=False`` it is negative sampling
-    (:func:`negative_sampling_loss`). At the optimum F = s learns ``log P(y | x)`` (self-
-    normalised). Arguments and shapes as in :func:`sampled_softmax_loss`; reduction: mean
-    over rows of the per-row sum of the ``1 + k`` logistic terms.
+    Scores as in :func:`sampled_scores`; logits ``s/τ − log(expected count)`` for the
+    positive and the sampled ids; loss = :func:`nce_from_scores`. Defaults follow TF:
+    accidental hits are *kept* (``remove_accidental_hits=False``); with ``True`` this is
+    "sampled logistic" (:func:`sampled_logistic_loss`); with ``subtract_log_q=False`` it
+    is negative sampling (:func:`negative_sampling_loss`). At the optimum F = s learns
+    ``log P(y | x)`` (self-normalised). Arguments and shapes as in
+    :func:`sampled_softmax_loss`; reduction: mean over rows of the per-row sum of the
+    ``T + k`` logistic terms.
     """
     inputs = _sampled_loss_inputs(
         query,
-        class_weights,
-        class_bias,
+        classes,
         positive_ids,
         draw,
+        class_bias,
         remove_accidental_hits,
         subtract_log_q,
         sparse,
     )
-    return nce_from_scores(*inputs, temperature, reduction)
+    return nce_from_scores(**inputs, temperature=temperature, reduction=reduction)
 
 
 def negative_sampling_loss(
     query: torch.Tensor,
-    class_weights: torch.Tensor,
-    class_bias: torch.Tensor | None,
+    classes: Classes,
     positive_ids: torch.Tensor,
     draw: DrawLike,
-    temperature: float = 1.0,
+    *,
+    class_bias: torch.Tensor | None = None,
+    temperature: float | torch.Tensor = 1.0,
     remove_accidental_hits: bool = False,
     reduction: str = "mean",
     sparse: bool = False,
@@ -461,25 +579,26 @@ def negative_sampling_loss(
     """
     return nce_loss(
         query,
-        class_weights,
-        class_bias,
+        classes,
         positive_ids,
         draw,
-        temperature,
-        remove_accidental_hits,
-        False,
-        reduction,
-        sparse,
+        class_bias=class_bias,
+        temperature=temperature,
+        remove_accidental_hits=remove_accidental_hits,
+        subtract_log_q=False,
+        reduction=reduction,
+        sparse=sparse,
     )
 
 
 def sampled_logistic_loss(
     query: torch.Tensor,
-    class_weights: torch.Tensor,
-    class_bias: torch.Tensor | None,
+    classes: Classes,
     positive_ids: torch.Tensor,
     draw: DrawLike,
-    temperature: float = 1.0,
+    *,
+    class_bias: torch.Tensor | None = None,
+    temperature: float | torch.Tensor = 1.0,
     reduction: str = "mean",
     sparse: bool = False,
 ) -> torch.Tensor:
@@ -490,22 +609,22 @@ def sampled_logistic_loss(
     """
     return nce_loss(
         query,
-        class_weights,
-        class_bias,
+        classes,
         positive_ids,
         draw,
-        temperature,
-        True,
-        True,
-        reduction,
-        sparse,
+        class_bias=class_bias,
+        temperature=temperature,
+        remove_accidental_hits=True,
+        subtract_log_q=True,
+        reduction=reduction,
+        sparse=sparse,
     )
 
 
 # --------------------------------------------------------------------------- modules
 
 
-class _SampledLossModule(nn.Module):
+class _SampledLoss(_Loss):
     """Shared body of the sampled-loss modules: draw ``num_samples`` ids, apply ``_loss_fn``.
 
     Subclasses set ``_loss_fn`` (an embedding-level loss of this module) and
@@ -514,11 +633,22 @@ class _SampledLossModule(nn.Module):
 
     _loss_fn: staticmethod
     _removes_hits_by_default: bool
+    _options = (
+        "sampler",
+        "num_samples",
+        "unique",
+        "temperature",
+        "remove_accidental_hits",
+        "subtract_log_q",
+        "reduction",
+        "sparse",
+    )
 
     def __init__(
         self,
         sampler: CandidateSampler,
         num_samples: int,
+        *,
         unique: bool = True,
         temperature: float = 1.0,
         remove_accidental_hits: bool | None = None,
@@ -526,7 +656,7 @@ class _SampledLossModule(nn.Module):
         reduction: str = "mean",
         sparse: bool = False,
     ) -> None:
-        super().__init__()
+        super().__init__(temperature=temperature, reduction=reduction)
         if not isinstance(sampler, CandidateSampler):
             raise ValueError(f"sampler must be a CandidateSampler, got {type(sampler).__name__}")
         check_int_range("num_samples", num_samples, 1)
@@ -540,61 +670,53 @@ class _SampledLossModule(nn.Module):
         self.sampler = sampler
         self.num_samples = num_samples
         self.unique = unique
-        self.temperature = temperature
         self.remove_accidental_hits = remove_accidental_hits
         self.subtract_log_q = subtract_log_q
-        self.reduction = reduction
         self.sparse = sparse
         self.last_draw: CandidateDraw | None = None
 
     def forward(
         self,
         query: torch.Tensor,
-        class_weights: torch.Tensor,
-        class_bias: torch.Tensor | None,
+        classes: Classes,
         positive_ids: torch.Tensor,
+        *,
+        class_bias: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         self.last_draw = self.sampler.sample(
-            self.num_samples, unique=self.unique, generator=generator
+            self.num_samples, unique=self.unique, generator=generator, positive_ids=positive_ids
         )
         return self._loss_fn(
             query,
-            class_weights,
-            class_bias,
+            classes,
             positive_ids,
             self.last_draw,
-            self.temperature,
-            self.remove_accidental_hits,
-            self.subtract_log_q,
-            self.reduction,
-            self.sparse,
-        )
-
-    def extra_repr(self) -> str:
-        return (
-            f"sampler={self.sampler!r}, num_samples={self.num_samples}, unique={self.unique}, "
-            f"temperature={self.temperature}, "
-            f"remove_accidental_hits={self.remove_accidental_hits}, "
-            f"subtract_log_q={self.subtract_log_q}, reduction={self.reduction!r}"
+            class_bias=class_bias,
+            temperature=self.temperature,
+            remove_accidental_hits=self.remove_accidental_hits,
+            subtract_log_q=self.subtract_log_q,
+            reduction=self.reduction,
+            sparse=self.sparse,
         )
 
 
-class SampledSoftmaxLoss(_SampledLossModule):
+class SampledSoftmaxLoss(_SampledLoss):
     """Draws ``num_samples`` candidates per call and applies :func:`sampled_softmax_loss`.
 
-    ``SampledSoftmaxLoss(sampler, num_samples, unique=True, temperature=1.0,
+    ``SampledSoftmaxLoss(sampler, num_samples, *, unique=True, temperature=1.0,
     remove_accidental_hits=True, subtract_log_q=True, reduction="mean", sparse=False)``;
-    ``forward(query (B, d), class_weights (|V|, d), class_bias (|V|,) or None,
-    positive_ids (B,), generator=None)`` → loss. The module owns no parameters (pass the
-    class table, e.g. a tied embedding); the last draw is kept in ``last_draw``. Chapter 4.
+    ``forward(query (B, d), classes, positive_ids (B,) or (B, T), *, class_bias=None,
+    generator=None)`` → loss, where ``classes`` is a class table (|V|, d) or an item
+    encoder (e.g. the item tower of a two-tower model: sampled softmax over a tower in one
+    call). The module owns no parameters; the last draw is kept in ``last_draw``. Ch. 4.
     """
 
     _loss_fn = staticmethod(sampled_softmax_loss)
     _removes_hits_by_default = True
 
 
-class NCELoss(_SampledLossModule):
+class NCELoss(_SampledLoss):
     """Draws ``num_samples`` noise candidates per call and applies :func:`nce_loss`.
 
     Same arguments as :class:`SampledSoftmaxLoss`, with TF's ``nce_loss`` defaults: unique

@@ -1,0 +1,643 @@
+"""Precision (issue 9 §6), the validation switch, dtype promotion, and bad-input paths.
+
+* The half-precision grid: every loss of the package × τ × dtype × kind of input. Inputs
+  are rounded to the dtype first; the reference is the same loss computed in float64 *on
+  the rounded inputs*, so the grid measures the package's arithmetic, not the rounding of
+  the inputs.
+* ``validate_args(False)`` switches off the value checks (id ranges, finiteness,
+  probability ranges) but never the shape and dtype checks.
+* Mixed float dtypes are promoted (``torch.promote_types``), never rounded down.
+* Every remaining bad-input path: the error type and a message naming the argument.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+import candidate_sampling
+from candidate_sampling.frequency import inclusion_probability, item_counts, mixed_log_q
+from candidate_sampling.losses import (
+    InfoNCELoss,
+    NTXentLoss,
+    RetrievalLoss,
+    in_batch_softmax_loss,
+    info_nce_loss,
+    nce_from_scores,
+    nce_loss,
+    negative_sampling_loss,
+    nt_bxent_loss,
+    nt_xent_loss,
+    positive_column_cross_entropy,
+    sampled_logistic_loss,
+    sampled_softmax_from_scores,
+    sampled_softmax_loss,
+    soft_nearest_neighbor_loss,
+    softmax_cross_entropy,
+    supcon_loss,
+)
+from candidate_sampling.samplers import (
+    UniformSampler,
+    UnigramSampler,
+    build_alias_table,
+    log_expected_count,
+)
+
+D64 = torch.float64
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# =========================================================================== validation switch
+
+
+def test_validation_is_on_by_default_and_the_context_manager_restores_it():
+    assert candidate_sampling.get_validate_args() is True
+    with candidate_sampling.validate_args(False):
+        assert candidate_sampling.get_validate_args() is False
+        with candidate_sampling.validate_args(True):
+            assert candidate_sampling.get_validate_args() is True
+        assert candidate_sampling.get_validate_args() is False
+    assert candidate_sampling.get_validate_args() is True
+    with pytest.raises(RuntimeError, match="inside"), candidate_sampling.validate_args(False):
+        raise RuntimeError("inside")
+    assert candidate_sampling.get_validate_args() is True  # restored after an exception too
+    candidate_sampling.set_validate_args(False)
+    assert candidate_sampling.get_validate_args() is False
+    candidate_sampling.set_validate_args(True)
+
+
+@pytest.mark.parametrize("value", [0, 1, "False", None, 1.0, torch.tensor(False)])
+def test_set_validate_args_rejects_non_bools(value):
+    with pytest.raises(ValueError, match="value must be a bool"):
+        candidate_sampling.set_validate_args(value)
+    with (
+        pytest.raises(ValueError, match="value must be a bool"),
+        candidate_sampling.validate_args(value),
+    ):
+        pass
+    assert candidate_sampling.get_validate_args() is True
+
+
+def not_a_value_error(call: Callable[[], object]) -> None:
+    """``call`` must not raise the package's ValueError: it may succeed or raise torch's own."""
+    try:
+        call()
+    except ValueError as err:  # pragma: no cover - the failure path
+        pytest.fail(f"the package still checked a value: {err}")
+    except (IndexError, RuntimeError):
+        pass
+
+
+def test_out_of_range_ids_are_not_checked_with_validation_off():
+    logits = torch.randn(2, 3)
+    bad_ids = torch.tensor([0, 3])
+    query, classes = torch.randn(2, 4), torch.randn(5, 4)
+    draw = (torch.tensor([1, 7]), torch.zeros(2), torch.zeros(2))
+    with pytest.raises(ValueError, match="positive_ids must lie in"):
+        softmax_cross_entropy(logits, bad_ids)
+    with pytest.raises(ValueError, match="sampled_ids must lie in"):
+        sampled_softmax_loss(query, classes, torch.tensor([0, 1]), draw)
+    with pytest.raises(ValueError, match="ids must lie in"):
+        item_counts(torch.tensor([0, 5]), 3)
+    with pytest.raises(ValueError, match="probs must lie in"):
+        inclusion_probability(torch.tensor([1.5]), 2)
+    with pytest.raises(ValueError, match="positive_columns must lie in"):
+        positive_column_cross_entropy(logits, torch.tensor([0, 7]))
+    with candidate_sampling.validate_args(False):
+        not_a_value_error(lambda: softmax_cross_entropy(logits, bad_ids))
+        not_a_value_error(lambda: sampled_softmax_loss(query, classes, torch.tensor([0, 1]), draw))
+        not_a_value_error(lambda: positive_column_cross_entropy(logits, torch.tensor([0, 7])))
+        # pure value checks: without them the call goes through
+        assert item_counts(torch.tensor([0, 5]), 3).shape == (6,)
+        assert math.isnan(float(inclusion_probability(torch.tensor([1.5]), 2)))
+
+
+def test_shape_and_dtype_errors_still_raise_with_validation_off():
+    query, classes = torch.randn(2, 4), torch.randn(5, 4)
+    draw = (torch.tensor([1, 3]), torch.zeros(2), torch.zeros(2))
+    with candidate_sampling.validate_args(False):
+        with pytest.raises(ValueError, match="batch size"):
+            softmax_cross_entropy(torch.randn(2, 3), torch.tensor([0]))
+        with pytest.raises(ValueError, match="positive_ids must be an integer"):
+            softmax_cross_entropy(torch.randn(2, 3), torch.tensor([0.0, 1.0]))
+        with pytest.raises(ValueError, match="embedding dimension"):
+            sampled_softmax_loss(query[:, :3], classes, torch.tensor([0, 1]), draw)
+        with pytest.raises(ValueError, match="candidates must have at least"):
+            in_batch_softmax_loss(torch.randn(3, 2), torch.randn(2, 2))
+        with pytest.raises(ValueError, match="logits must have shape"):
+            positive_column_cross_entropy(torch.randn(3), 0)
+        with pytest.raises(ValueError, match="positive_columns must be an integer"):
+            positive_column_cross_entropy(torch.randn(3, 2), torch.zeros(3))
+        with pytest.raises(ValueError, match="temperature must be > 0"):
+            info_nce_loss(query, query, temperature=-1.0)
+        with pytest.raises(ValueError, match="reduction"):
+            nt_xent_loss(query, query, reduction="avg")
+
+
+# =========================================================================== dtype promotion
+
+
+def sampled_problem(seed=0):
+    g = gen(seed)
+    positive_ids = torch.tensor([0, 3, 5])
+    return {
+        "query": torch.randn(3, 4, generator=g, dtype=D64),
+        "classes": torch.randn(8, 4, generator=g, dtype=D64),
+        "positive_ids": positive_ids,
+        "draw": (torch.tensor([1, 3, 6]), torch.full((3,), -1.1), torch.full((3,), -0.7)),
+        "class_bias": torch.randn(8, generator=g, dtype=D64),
+    }
+
+
+def as_dtypes(inputs, **dtypes):
+    return {k: v.to(dtypes[k]) if k in dtypes else v for k, v in inputs.items()}
+
+
+MIXES = [
+    {"query": torch.float32},
+    {"classes": torch.float32},
+    {"class_bias": torch.float32},
+    {"query": torch.float32, "classes": torch.float32},  # only the bias is float64
+    {"query": torch.float16, "classes": torch.float32},
+]
+
+
+@pytest.mark.parametrize("mix", MIXES, ids=lambda m: ",".join(f"{k}={v}" for k, v in m.items()))
+@pytest.mark.parametrize(
+    "fn", [sampled_softmax_loss, nce_loss, negative_sampling_loss, sampled_logistic_loss]
+)
+def test_sampled_losses_promote_mixed_dtypes(fn, mix):
+    """A float64 operand with a lower-precision one gives the float64 loss of the same values."""
+    problem = sampled_problem()
+    mixed = as_dtypes(problem, **mix)
+    all64 = {
+        k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
+        for k, v in mixed.items()
+    }  # the same (rounded) values, all in float64
+    out = fn(**mixed, temperature=0.5)
+    assert out.dtype == D64
+    torch.testing.assert_close(out, fn(**all64, temperature=0.5), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("fn", [sampled_softmax_from_scores, nce_from_scores])
+def test_from_scores_promote_mixed_dtypes(fn):
+    g = gen(1)
+    pos = torch.randn(3, generator=g, dtype=D64)
+    neg = torch.randn(3, 5, generator=g).to(torch.float32)
+    out = fn(pos, neg, temperature=0.3)
+    assert out.dtype == D64
+    torch.testing.assert_close(out, fn(pos, neg.double(), temperature=0.3), rtol=1e-12, atol=0)
+    out = fn(pos.half(), neg, temperature=0.3)
+    assert out.dtype == torch.float32
+
+
+def test_in_batch_and_retrieval_losses_promote_mixed_dtypes():
+    g = gen(2)
+    query = torch.randn(4, 3, generator=g, dtype=D64)
+    candidates = torch.randn(6, 3, generator=g).float()
+    ids = torch.tensor([0, 1, 0, 2, 5, 1])
+    log_q = torch.randn(6, generator=g, dtype=D64)
+    options = {"candidate_ids": ids, "log_q": log_q, "temperature": 0.2}
+    out = in_batch_softmax_loss(query, candidates, **options)
+    assert out.dtype == D64
+    want = in_batch_softmax_loss(query, candidates.double(), **options)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=0)
+    # RetrievalLoss: float64 queries, float32 positives, a float64 item encoder for extras
+    table = torch.randn(10, 3, generator=g, dtype=D64)
+    probs = torch.full((10,), 0.1)
+    for positives, encoder_dtype in ((candidates[:4], D64), (candidates[:4].half(), torch.float32)):
+        loss = RetrievalLoss(
+            temperature=0.2, item_probabilities=probs, sampler=UniformSampler(10), num_samples=3
+        )
+        out = loss(
+            query,
+            positives,
+            ids[:4],
+            item_encoder=lambda i, dt=encoder_dtype: table[i].to(dt),
+            generator=gen(3),
+        )
+        assert out.dtype == D64
+        want = loss(
+            query,
+            positives.double(),
+            ids[:4],
+            item_encoder=lambda i, dt=encoder_dtype: table[i].to(dt).double(),
+            generator=gen(3),
+        )
+        torch.testing.assert_close(out, want, rtol=1e-12, atol=0)
+
+
+def test_contrastive_losses_promote_mixed_dtypes():
+    g = gen(4)
+    a = torch.randn(5, 3, generator=g, dtype=D64)
+    b = torch.randn(5, 3, generator=g).float()
+    for options in ({}, {"symmetric": True}, {"normalize": True}):
+        out = info_nce_loss(a, b, temperature=0.1, **options)
+        assert out.dtype == D64
+        want = info_nce_loss(a, b.double(), temperature=0.1, **options)
+        torch.testing.assert_close(out, want, rtol=1e-12, atol=0)
+    for first, second in ((a, b), (b, a), (a, b.half())):
+        out = nt_xent_loss(first, second, temperature=0.1)
+        assert out.dtype == D64
+        want = nt_xent_loss(first.double(), second.double(), temperature=0.1)
+        torch.testing.assert_close(out, want, rtol=1e-12, atol=0)
+    assert InfoNCELoss(temperature=0.1)(a, b).dtype == D64
+    assert NTXentLoss(temperature=0.1)(b, a).dtype == D64
+
+
+# =========================================================================== bad inputs
+
+
+@pytest.mark.parametrize("name", ["batch_probs", "extra_probs"])
+@pytest.mark.parametrize("bad", [float("nan"), -0.1, 1.5])
+def test_mixed_log_q_rejects_bad_probabilities(name, bad):
+    probs = {"batch_probs": torch.tensor([0.1, 0.2]), "extra_probs": torch.tensor([0.5, 0.5])}
+    probs[name] = torch.tensor([0.1, bad])
+    with pytest.raises(ValueError, match=rf"{name} must lie in \[0, 1\], got {bad}"):
+        mixed_log_q(**probs, batch_size=4, num_samples=2)
+
+
+def test_mixed_log_q_other_bad_inputs():
+    q, r = torch.tensor([0.1, 0.2]), torch.tensor([0.5, 0.5])
+    with pytest.raises(ValueError, match="form must be one of"):
+        mixed_log_q(q, r, batch_size=4, num_samples=2, form="probability")
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        mixed_log_q(q, r, batch_size=0, num_samples=2)
+    with pytest.raises(ValueError, match="num_samples must be >= 0"):
+        mixed_log_q(q, r, batch_size=4, num_samples=-1)
+    with pytest.raises(ValueError, match="same shape"):
+        mixed_log_q(q, r[:1], batch_size=4, num_samples=2)
+    with pytest.raises(ValueError, match="batch_probs must be a floating-point"):
+        mixed_log_q(torch.tensor([0, 1]), r, batch_size=4, num_samples=2)
+    with pytest.raises(ValueError, match="Q\\* must be > 0"):
+        mixed_log_q(torch.tensor([0.0, 0.2]), torch.tensor([0.0, 0.5]), batch_size=4, num_samples=2)
+    with pytest.raises(TypeError):
+        mixed_log_q(q, r, 4, 2)  # batch_size and num_samples are keyword-only
+
+
+@pytest.mark.parametrize(
+    "weights,match",
+    [
+        (torch.tensor([1.0, -0.5, 2.0]), r"weights must be >= 0, got minimum -0.5"),
+        (torch.zeros(4), "weights must not all be zero"),
+        (torch.tensor([1.0, float("nan")]), "weights must be finite"),
+        (torch.tensor([1.0, float("inf")]), "weights must be finite"),
+        (torch.tensor([1.0, -float("inf")]), "weights must be finite"),
+        (torch.tensor([]), r"weights must be a non-empty tensor of shape \(n,\), got \(0,\)"),
+        (torch.ones(2, 3), r"weights must be a non-empty tensor of shape \(n,\), got \(2, 3\)"),
+        (torch.tensor(1.0), r"weights must be a non-empty tensor of shape \(n,\), got \(\)"),
+        ([1.0, 2.0], r"weights must be a non-empty tensor of shape \(n,\), got None"),
+        (torch.tensor([True, False]), "weights must be a real tensor"),
+    ],
+)
+def test_build_alias_table_rejects_bad_weights(weights, match):
+    with pytest.raises(ValueError, match=match):
+        build_alias_table(weights)
+
+
+@pytest.mark.parametrize(
+    "probs,kwargs,match",
+    [
+        (torch.tensor([0.1, 1.5]), {}, r"probs must lie in \[0, 1\], got 1.5"),
+        (torch.tensor([-0.2, 0.5]), {}, r"probs must lie in \[0, 1\], got -0.2"),
+        (torch.tensor([0.1, float("nan")]), {}, r"probs must lie in \[0, 1\], got nan"),
+        (torch.tensor([0, 1]), {}, "probs must be a floating-point tensor"),
+        (torch.tensor([0.1]), {"num_tries": 2}, "num_tries must be >= 3, got 2"),
+        (
+            torch.tensor([0.1]),
+            {"num_tries": 5, "unique": False},
+            r"num_tries must equal num_samples \(3\) when unique=False, got 5",
+        ),
+        (torch.tensor([0.1]), {"num_samples": 0, "num_tries": 0}, "num_samples must be >= 1"),
+        (torch.tensor([0.1]), {"num_samples": 3.0}, "num_samples must be an int"),
+        (torch.tensor([0.1]), {"unique": 1}, "unique must be a bool"),
+    ],
+)
+def test_log_expected_count_rejects_bad_inputs(probs, kwargs, match):
+    options = {"num_samples": 3, "num_tries": 3, "unique": True} | kwargs
+    with pytest.raises(ValueError, match=match):
+        log_expected_count(probs, **options)
+
+
+def test_log_expected_count_arguments_are_keyword_only():
+    with pytest.raises(TypeError):
+        log_expected_count(torch.tensor([0.1]), 3, 3, True)
+
+
+@pytest.mark.parametrize("fn", [sampled_softmax_loss, nce_loss, sampled_logistic_loss])
+def test_draw_without_positive_log_q_asks_for_positive_ids(fn):
+    problem = sampled_problem()
+    sampler = UnigramSampler(torch.arange(8, 0, -1).double())
+    draw = sampler.sample(3, unique=True, generator=gen(0))  # no positive_ids
+    assert draw.positive_log_q is None
+    match = r"subtract_log_q=True.*positive_ids=positive_ids"
+    with pytest.raises(ValueError, match=match):
+        fn(**dict(problem, draw=draw))
+    with pytest.raises(ValueError, match=match):
+        fn(**dict(problem, draw=(draw.ids, draw.log_q, None)))
+    # without the correction the positives' log Q is not needed (sampled logistic always
+    # corrects; negative sampling never does)
+    if fn is not sampled_logistic_loss:
+        assert torch.isfinite(fn(**dict(problem, draw=draw), subtract_log_q=False))
+    assert torch.isfinite(negative_sampling_loss(**dict(problem, draw=draw)))
+
+
+@pytest.mark.parametrize("bad", [-0.5, 1.01, float("nan"), float("inf")])
+def test_inclusion_probability_rejects_probabilities_outside_0_1(bad):
+    with pytest.raises(ValueError, match=r"probs must lie in \[0, 1\]"):
+        inclusion_probability(torch.tensor([0.3, bad], dtype=D64), 5)
+
+
+# =========================================================================== half-precision grid
+#
+# Tolerance. Each case rounds its inputs to ``dtype`` and computes the reference in float64
+# on those rounded values, so input rounding is not part of the error. The package upcasts
+# float16 / bfloat16 to float32 *before* any arithmetic (spec: "scores and logits in at
+# least float32"), hence the only error left is float32 arithmetic, for all three dtypes:
+#
+# * a score s = a·b (d terms) has error ≤ γ_d Σ|a_c b_c| ≤ d·u·|a||b| (u = float32 unit
+#   roundoff = eps/2; Higham, Thm 3.1), and so ≤ d·u·S with S the score magnitude
+#   (max |a||b| for dot products, 1 for cosines, (|a| + |b|)² for squared distances);
+# * the logit o = s/τ − log Q adds one rounding each: |δo| ≤ (d + 2)·u·(S/τ + L),
+#   L = max |log Q|; so every logit is known to (d + 2)·u·M with M = S/τ + L + 1;
+# * log-sum-exp and cross-entropy over C columns, or the sum of C logistic terms, carry
+#   the logits' error through with weights that sum to ≤ 2 per term, plus ~C·u·M of
+#   their own rounding; the mean over B rows does not grow it.
+#
+# So |loss − loss₆₄| ≤ K·u·M with K ≈ 2(d + 2) + 2C; with d = 4 and C ≤ 14 columns here,
+# K = 64 covers it, i.e. a relative tolerance of 64·u = 32·eps₃₂ ≈ 4e-6 of M. A loss that
+# did its arithmetic in the half dtype itself would miss by eps_half / eps₃₂ = 8192
+# (float16) or 65536 (bfloat16) times more and fail.
+#
+# Finiteness: wherever the float64 loss of the rounded inputs is finite and fits in
+# float32 (the loss is returned in float32), the package's loss must be finite; each
+# gradient entry must be finite wherever the float64 gradient entry is finite and fits
+# in the *input* dtype (autograd returns a float16 leaf's gradient in float16, so a true
+# gradient above 65504 cannot be finite there, whatever the loss does).
+
+U32 = torch.finfo(torch.float32).eps / 2
+K_ERR = 64
+B, D, NUM_ITEMS, NUM_EXTRA = 4, 4, 10, 3
+TEMPERATURES = (1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+INPUT_KINDS = ("random", "far_apart", "identical_rows", "positives_far")
+POSITIVE_IDS = torch.tensor([0, 1, 2, 3])  # ids of the rows' positives (distinct)
+DUPLICATE_IDS = torch.tensor([3, 1, 3, 2])  # positive ids with a duplicate (rows 0, 2)
+
+
+def base_inputs(kind: str) -> dict[str, torch.Tensor]:
+    """float32 ``query`` (B, d), ``positives`` (B, d), ``items`` (|V|, d) of one kind."""
+    g = gen(0)
+    query = torch.randn(B, D, generator=g)
+    positives = torch.randn(B, D, generator=g)
+    items = torch.randn(NUM_ITEMS, D, generator=g)
+    if kind == "far_apart":
+        query, positives, items = query * 1e3, positives * 1e3, items * 1e3
+    elif kind == "identical_rows":
+        row = query[0]
+        query, positives, items = (row.expand(n, D).clone() for n in (B, B, NUM_ITEMS))
+    elif kind == "positives_far":
+        positives = -1e3 * query  # each row's positive is far from its anchor
+    return {"query": query, "positives": positives, "items": items}
+
+
+def norms(t: torch.Tensor) -> float:
+    return float(t.detach().double().norm(dim=-1).max())
+
+
+def max_abs(*tensors: torch.Tensor) -> float:
+    return max(float(t.detach().double().abs().max()) for t in tensors)
+
+
+@dataclass
+class Case:
+    """One loss call: ``leaves`` get gradients, ``constants`` (log Q) are only rounded."""
+
+    leaves: dict[str, torch.Tensor]
+    call: Callable[[dict[str, torch.Tensor]], torch.Tensor]
+    magnitude: Callable[[dict[str, torch.Tensor]], float]  # M = S/τ + L (rounded inputs)
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+SAMPLED_IDS = torch.tensor([0, 5, 2, 6])  # ids 0 and 2 are rows 0 and 2's positives: hits
+SAMPLED_LOG_Q = torch.tensor([-1.5, -0.3, -2.0, -0.9])
+POSITIVE_LOG_Q = torch.tensor([-1.2, -0.4, -2.2, -0.7])
+CANDIDATE_IDS = torch.cat([DUPLICATE_IDS, torch.tensor([1, 9, 3])])  # extras hit rows 1, 0, 2
+CANDIDATE_LOG_Q = torch.tensor([-0.5, -1.0, -0.5, -2.0, -1.0, -3.0, -0.5])
+ITEM_PROBS = torch.linspace(1.0, 2.0, NUM_ITEMS) / torch.linspace(1.0, 2.0, NUM_ITEMS).sum()
+
+
+def sampled_case(fn, tau):
+    def build(base):
+        classes = torch.cat([base["positives"], base["items"][:NUM_EXTRA]])  # |V| = 7
+        bias = torch.linspace(-1.0, 1.0, classes.shape[0])
+        return Case(
+            leaves={"query": base["query"], "classes": classes, "class_bias": bias},
+            constants={"sampled_log_q": SAMPLED_LOG_Q, "positive_log_q": POSITIVE_LOG_Q},
+            call=lambda t: fn(
+                t["query"],
+                t["classes"],
+                POSITIVE_IDS,
+                (SAMPLED_IDS, t["sampled_log_q"], t["positive_log_q"]),
+                class_bias=t["class_bias"],
+                temperature=tau,
+            ),
+            magnitude=lambda t: (
+                (norms(t["query"]) * norms(t["classes"]) + max_abs(t["class_bias"])) / tau
+                + max_abs(t["sampled_log_q"], t["positive_log_q"])
+            ),
+        )
+
+    return build
+
+
+def from_scores_case(fn, tau):
+    def build(base):
+        q, pos, neg = (base[k].double() for k in ("query", "positives", "items"))
+        mask = SAMPLED_IDS[None, :NUM_EXTRA] == POSITIVE_IDS[:, None]
+        return Case(
+            leaves={
+                "positive_scores": (q * pos).sum(1).float(),
+                "negative_scores": (q @ neg[:NUM_EXTRA].T).float(),
+            },
+            constants={"positive_log_q": POSITIVE_LOG_Q, "negative_log_q": SAMPLED_LOG_Q[:3]},
+            call=lambda t: fn(
+                t["positive_scores"],
+                t["negative_scores"],
+                positive_log_q=t["positive_log_q"],
+                negative_log_q=t["negative_log_q"],
+                mask=mask,
+                temperature=tau,
+            ),
+            magnitude=lambda t: (
+                max_abs(t["positive_scores"], t["negative_scores"]) / tau
+                + max_abs(t["positive_log_q"], t["negative_log_q"])
+            ),
+        )
+
+    return build
+
+
+def softmax_case(tau):
+    def build(base):
+        classes = torch.cat([base["positives"], base["items"]]).double()
+        logits = (base["query"].double() @ classes.T / tau).float()  # the input is logits
+        return Case(
+            leaves={"logits": logits},
+            call=lambda t: softmax_cross_entropy(t["logits"], POSITIVE_IDS),
+            magnitude=lambda t: max_abs(t["logits"]),
+        )
+
+    return build
+
+
+def in_batch_case(tau, extras):
+    def build(base):
+        if not extras:
+            return Case(
+                leaves={"query": base["query"], "candidates": base["positives"]},
+                call=lambda t: in_batch_softmax_loss(t["query"], t["candidates"], temperature=tau),
+                magnitude=lambda t: norms(t["query"]) * norms(t["candidates"]) / tau,
+            )
+        candidates = torch.cat([base["positives"], base["items"][:NUM_EXTRA]])
+        return Case(
+            leaves={"query": base["query"], "candidates": candidates},
+            constants={"log_q": CANDIDATE_LOG_Q},
+            call=lambda t: in_batch_softmax_loss(
+                t["query"],
+                t["candidates"],
+                candidate_ids=CANDIDATE_IDS,
+                log_q=t["log_q"],
+                temperature=tau,
+                remove_accidental_hits=True,
+            ),
+            magnitude=lambda t: (
+                norms(t["query"]) * norms(t["candidates"]) / tau + max_abs(t["log_q"])
+            ),
+        )
+
+    return build
+
+
+def retrieval_case(tau):
+    sampler = UniformSampler(NUM_ITEMS)
+    log_q_max = float(torch.log(B * ITEM_PROBS.double() + NUM_EXTRA / NUM_ITEMS).abs().max())
+
+    def build(base):
+        loss = RetrievalLoss(
+            temperature=tau, item_probabilities=ITEM_PROBS, sampler=sampler, num_samples=NUM_EXTRA
+        )
+        return Case(
+            leaves={"query": base["query"], "positives": base["positives"], "items": base["items"]},
+            call=lambda t: loss(
+                t["query"],
+                t["positives"],
+                DUPLICATE_IDS,
+                item_encoder=lambda ids: t["items"][ids],
+                generator=gen(5),
+            ),
+            magnitude=lambda t: (
+                norms(t["query"]) * max(norms(t["positives"]), norms(t["items"])) / tau + log_q_max
+            ),
+        )
+
+    return build
+
+
+def contrastive_case(name, tau):
+    labels = torch.arange(B).repeat(2)
+    pairs = torch.stack([torch.arange(2 * B), (torch.arange(2 * B) + B) % (2 * B)], dim=1)
+
+    def build(base):
+        leaves = {"view1": base["query"], "view2": base["positives"]}
+        both = lambda t: torch.cat([t["view1"], t["view2"]])
+        cosine = lambda t: 1.0 / tau
+        if name == "info_nce_loss":
+            return Case(
+                leaves,
+                lambda t: info_nce_loss(t["view1"], t["view2"], temperature=tau),
+                lambda t: norms(t["view1"]) * norms(t["view2"]) / tau,
+            )
+        if name == "nt_xent_loss":
+            return Case(
+                leaves, lambda t: nt_xent_loss(t["view1"], t["view2"], temperature=tau), cosine
+            )
+        if name == "nt_bxent_loss":
+            return Case(leaves, lambda t: nt_bxent_loss(both(t), pairs, temperature=tau), cosine)
+        if name == "supcon_loss":
+            return Case(leaves, lambda t: supcon_loss(both(t), labels, temperature=tau), cosine)
+        return Case(
+            leaves,
+            lambda t: soft_nearest_neighbor_loss(both(t), labels, temperature=tau),
+            lambda t: (2 * norms(both(t))) ** 2 / tau,
+        )
+
+    return build
+
+
+LOSSES: dict[str, Callable[[float], Callable[[dict], Case]]] = {
+    "softmax_cross_entropy": softmax_case,
+    "sampled_softmax_loss": lambda tau: sampled_case(sampled_softmax_loss, tau),
+    "nce_loss": lambda tau: sampled_case(nce_loss, tau),
+    "negative_sampling_loss": lambda tau: sampled_case(negative_sampling_loss, tau),
+    "sampled_logistic_loss": lambda tau: sampled_case(sampled_logistic_loss, tau),
+    "sampled_softmax_from_scores": lambda tau: from_scores_case(sampled_softmax_from_scores, tau),
+    "nce_from_scores": lambda tau: from_scores_case(nce_from_scores, tau),
+    "in_batch_softmax_loss": lambda tau: in_batch_case(tau, extras=False),
+    "in_batch_softmax_loss_mixed": lambda tau: in_batch_case(tau, extras=True),
+    "RetrievalLoss": retrieval_case,
+    "info_nce_loss": lambda tau: contrastive_case("info_nce_loss", tau),
+    "nt_xent_loss": lambda tau: contrastive_case("nt_xent_loss", tau),
+    "nt_bxent_loss": lambda tau: contrastive_case("nt_bxent_loss", tau),
+    "supcon_loss": lambda tau: contrastive_case("supcon_loss", tau),
+    "soft_nearest_neighbor_loss": lambda tau: contrastive_case("soft_nearest_neighbor_loss", tau),
+}
+
+
+def run_case(case: Case, dtype: torch.dtype):
+    """Loss and gradients of the leaves, on inputs of ``dtype``."""
+    leaves = {k: v.to(dtype).requires_grad_(True) for k, v in case.leaves.items()}
+    constants = {k: v.to(dtype) for k, v in case.constants.items()}
+    loss = case.call({**leaves, **constants})
+    grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+    grads = [torch.zeros_like(v) if g is None else g for v, g in zip(leaves.values(), grads)]
+    return loss, grads, {**leaves, **constants}
+
+
+@pytest.mark.parametrize("kind", INPUT_KINDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("tau", TEMPERATURES)
+@pytest.mark.parametrize("loss_name", LOSSES)
+def test_precision_grid(loss_name, tau, dtype, kind):
+    case = LOSSES[loss_name](tau)(base_inputs(kind))
+    loss, grads, inputs = run_case(case, dtype)
+    # the reference: float64 arithmetic on the same rounded inputs
+    rounded = Case(
+        leaves={k: v.to(dtype).double() for k, v in case.leaves.items()},
+        constants={k: v.to(dtype).double() for k, v in case.constants.items()},
+        call=case.call,
+        magnitude=case.magnitude,
+    )
+    ref_loss, ref_grads, _ = run_case(rounded, D64)
+    assert loss.dtype == torch.float32
+    ref = float(ref_loss.detach())
+    if not math.isfinite(ref) or abs(ref) >= torch.finfo(torch.float32).max:
+        return  # no finite answer to match (e.g. float16 scores that rounded to inf)
+    assert math.isfinite(float(loss.detach())), f"loss {float(loss.detach())}, float64 {ref}"
+    limit = torch.finfo(dtype).max / 2
+    for name, grad, ref_grad in zip(case.leaves, grads, ref_grads):
+        should_be_finite = torch.isfinite(ref_grad) & (ref_grad.abs() < limit)
+        assert bool(torch.isfinite(grad[should_be_finite]).all()), f"gradient of {name}"
+    magnitude = 1.0 + case.magnitude({k: v.double() for k, v in inputs.items()})
+    error = abs(float(loss.detach()) - ref)
+    assert error <= K_ERR * U32 * magnitude, (
+        f"|loss - loss64| = {error:.3g} > {K_ERR} u M = {K_ERR * U32 * magnitude:.3g} "
+        f"(loss64 = {ref:.6g}, M = {magnitude:.3g})"
+    )
