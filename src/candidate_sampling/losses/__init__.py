@@ -10,6 +10,9 @@ Submodules, one family each (all names are re-exported here):
   mixed negatives) and the ``RetrievalLoss`` task module (chapter 5).
 * :mod:`.contrastive` — InfoNCE, NT-Xent, NT-BXent, supervised contrastive, soft nearest
   neighbour (chapter 6).
+* :mod:`.hard_negatives` — hard-negative selection and weighting, false-negative filters,
+  debiased / hard-sample (HCL) losses, DCL and the corrected logQ, multi-positive InfoNCE
+  (chapter 8).
 
 Conventions (sign and order of temperature and logQ, masks, precision, reduction) are
 stated in :mod:`.core` and on the book's notation page. Every option is keyword-only.
@@ -24,4 +27,7 @@ from candidate_sampling.losses.retrieval import __all__ as _retrieval_all
 from candidate_sampling.losses.contrastive import *  # noqa: F401,F403
 from candidate_sampling.losses.contrastive import __all__ as _contrastive_all
 
-__all__ = [*_core_all, *_sampled_all, *_retrieval_all, *_contrastive_all]
+from candidate_sampling.losses.hard_negatives import *  # noqa: F401,F403
+from candidate_sampling.losses.hard_negatives import __all__ as _hard_negatives_all
+
+__all__ = [*_core_all, *_sampled_all, *_retrieval_all, *_contrastive_all, *_hard_negatives_all]

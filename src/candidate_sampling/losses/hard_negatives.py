@@ -1,0 +1,656 @@
+"""Hard negatives, false negatives and the positive in the denominator (chapter 8).
+
+Every function here is a step on a (B, C) logit matrix of the in-batch layout (row ``i``'s
+positive in column ``positive_columns[i]``, ``arange(B)`` for
+:func:`~candidate_sampling.losses.retrieval.in_batch_logits`), or a loss composed of such
+steps and of :mod:`candidate_sampling.losses.core`. Masked columns hold the finite
+:func:`~candidate_sampling.losses.core.mask_value`; a logit at or below half of it is
+treated as masked.
+
+**Selecting and weighting negatives**
+
+* :func:`hard_negative_mining` — TF Recommenders' ``num_hard_negatives``: keep the
+  positive and the ``k`` highest-logit other columns of each row.
+* :func:`hardness_weighted_logits` — LLaVE's hardness weighting (Lan et al. 2025): add
+  ``α · stopgrad(s_ij)`` to every negative logit, i.e. weight negative ``j`` by
+  ``exp(α s_ij)`` inside the softmax.
+
+**False negatives**
+
+* :func:`guide_false_negative_mask` — GISTEmbed (Solatorio 2024): drop candidates that a
+  guide model scores above the positive (absolute or relative margin).
+* Masks by id: :func:`~candidate_sampling.losses.core.accidental_hits` (duplicates of the
+  positive) and :class:`~candidate_sampling.mining.KnownPositives` (every known positive
+  of the row, e.g. all movies a user rated).
+* :func:`debiased_cross_entropy` — the debiased contrastive loss (Chuang et al. 2020,
+  class prior ``τ⁺``) and its hard-sample reweighting (Robinson et al. 2021, ``β``), with
+  the semantics of the authors' reference code.
+
+**The positive in the denominator**
+
+* :func:`decoupled_cross_entropy` — DCL (Yeh et al. 2022): the positive removed from the
+  denominator, ``ℓ_i = −w_i o_ip + log Σ_{j≠p} exp(o_ij)``; :func:`dclw_positive_weights`
+  gives DCLW's ``w_i``.
+* :func:`corrected_logq_weights` — Khrylchenko et al. (RecSys 2025): with the positive
+  removed, each row is weighted by ``stopgrad(1 − p̂_i)``, the estimated probability that
+  the model does *not* pick its positive, with the positive's logit left uncorrected
+  because it is in the denominator with probability 1, not sampled.
+
+  *Derivation.* For the full softmax ``ℓ = −s_p + log Σ_y e^{s_y}``,
+  ``∇ℓ = −(1 − P_p) ∇s_p + Σ_{y≠p} P_y ∇s_y = (1 − P_p) [−∇s_p + Σ_{y≠p} P(y | y≠p) ∇s_y]``,
+  and the bracket is the gradient of the decoupled loss ``−s_p + log Σ_{y≠p} e^{s_y}``.
+  Sampling estimates ``Σ_{y≠p} e^{s_y}`` by ``Σ_j e^{s_j − log Q_j}`` over the sampled
+  negatives; the positive is never a sample, so its term is exact: ``p̂ = e^{s_p} /
+  (e^{s_p} + Σ_j e^{s_j − log Q_j})``. The usual logQ-corrected loss has exactly the same
+  gradient shape, ``(1 − P̃_p) ∇(decoupled)``, with ``P̃_p`` computed from the *corrected*
+  positive logit ``s_p − log Q_p``: the two differ only in that weight. DCL drops the
+  weight altogether.
+
+**Several positives per query**
+
+* :func:`multi_positive_cross_entropy` — multi-positive InfoNCE with the average over
+  positives outside (``"out"``) or inside (``"in"``) the log; with cosine logits over all
+  other views it is SupCon's ``L_out`` / ``L_in`` (chapter 6).
+
+:func:`hard_negative_softmax_loss` composes all of them on the in-batch candidate
+contract of chapter 5 (``candidates = cat([positives, extras])``, ``candidate_ids``,
+``log_q``), in this order: scores → ``s/τ − log Q`` → hardness weighting → masks
+(accidental hits, false negatives) → hard-negative selection → per-row loss
+(standard, debiased, decoupled or corrected) → reduction.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from candidate_sampling._validate import (
+    check_int_range,
+    check_positive,
+    check_reduction,
+    check_same,
+    check_tensor,
+    common_float_dtype,
+)
+from candidate_sampling.losses.core import (
+    _Loss,
+    accidental_hits,
+    mask_logits,
+    mask_value,
+    positive_column_cross_entropy,
+    reduce_loss,
+    upcast,
+)
+from candidate_sampling.losses.retrieval import in_batch_logits
+
+__all__ = [
+    "MARGIN_STRATEGIES",
+    "MULTI_POSITIVE_VARIANTS",
+    "POSITIVE_IN_DENOMINATOR",
+    "HardNegativeSoftmaxLoss",
+    "corrected_logq_weights",
+    "dclw_positive_weights",
+    "debiased_cross_entropy",
+    "decoupled_cross_entropy",
+    "guide_false_negative_mask",
+    "hard_negative_mining",
+    "hard_negative_softmax_loss",
+    "hardness_weighted_logits",
+    "multi_positive_cross_entropy",
+    "multi_positive_softmax_loss",
+    "unmasked",
+]
+
+MARGIN_STRATEGIES = ("absolute", "relative")
+MULTI_POSITIVE_VARIANTS = ("out", "in")
+POSITIVE_IN_DENOMINATOR = ("keep", "remove", "corrected")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def unmasked(logits: torch.Tensor) -> torch.Tensor:
+    """(B, C) bool: the entries that are not masked (above half the dtype's mask value)."""
+    return logits > mask_value(logits.dtype) / 2
+
+
+def _check_logits(logits: torch.Tensor) -> torch.Tensor:
+    check_tensor("logits", logits, ("B", "C"), floating=True)
+    return upcast(logits)
+
+
+def _as_columns(positive_columns: int | torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """``positive_columns`` as a (B,) int64 tensor on the logits' device, range-checked."""
+    batch, num_cols = logits.shape
+    if isinstance(positive_columns, bool):
+        raise ValueError("positive_columns must be an int or an integer tensor (B,)")
+    if isinstance(positive_columns, int):
+        if not 0 <= positive_columns < num_cols:
+            raise ValueError(
+                f"positive_columns must lie in [0, {num_cols}) (logits has {num_cols} "
+                f"columns), got {positive_columns}"
+            )
+        return torch.full((batch,), positive_columns, dtype=torch.long, device=logits.device)
+    check_tensor("positive_columns", positive_columns, (batch,), floating=False)
+    if positive_columns.dtype == torch.bool:
+        raise ValueError("positive_columns must be an integer tensor, got torch.bool")
+    cols = positive_columns.to(logits.device).long()
+    if cols.numel() and (int(cols.min()) < 0 or int(cols.max()) >= num_cols):
+        raise ValueError(
+            f"positive_columns must lie in [0, {num_cols}) (logits has {num_cols} columns)"
+        )
+    return cols
+
+
+def _positive_mask(cols: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    mask = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+    mask[torch.arange(logits.shape[0], device=logits.device), cols] = True
+    return mask
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def hard_negative_mining(
+    logits: torch.Tensor,
+    *,
+    num_hard_negatives: int,
+    positive_columns: int | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep each row's positive and its ``num_hard_negatives`` highest-logit other columns.
+
+    ``logits``: (B, C), already corrected and masked; ``positive_columns``: int or (B,).
+    Returns ``(kept, columns)``, both (B, 1 + k) with ``k = min(num_hard_negatives, C − 1)``:
+    column 0 is the positive, then the hardest negatives by decreasing logit; ``columns``
+    are their indices in ``logits`` (no gradient flows through the choice, only through
+    the kept logits). The loss continues with the positive in column 0.
+
+    Semantics of TF Recommenders' ``HardNegativeMining`` (``tfrs.layers.loss``), which
+    adds ``float32.max / 100`` to the positive's logit, takes ``top_k(k + 1)`` and gathers:
+    the same set of columns, so the same softmax cross-entropy. Differences: TFRS returns
+    the columns unsorted (``sorted=False``) with its labels, here the positive comes first;
+    ties between equal logits may pick different (equal-valued) columns; TFRS's
+    ``Retrieval`` task applies it after temperature, logQ correction and hit removal, as
+    :func:`hard_negative_softmax_loss` does, so a masked column can still be kept when
+    fewer than ``k`` unmasked ones exist (it contributes nothing). ``num_hard_negatives = 0``
+    keeps only the positive (loss 0), as TFRS's code does, although its docstring says
+    non-positive values keep every negative; negative values are rejected here.
+    """
+    work = _check_logits(logits)
+    check_int_range("num_hard_negatives", num_hard_negatives, 0)
+    cols = _as_columns(positive_columns, work)
+    batch, num_cols = work.shape
+    k = min(num_hard_negatives, num_cols - 1)
+    rows = torch.arange(batch, device=work.device)
+    choose = work.detach().clone()
+    choose[rows, cols] = float("-inf")  # the positive is taken separately
+    negatives = torch.topk(choose, k, dim=1, sorted=True).indices
+    columns = torch.cat([cols[:, None], negatives], dim=1)
+    return work.gather(1, columns), columns
+
+
+def hardness_weighted_logits(
+    logits: torch.Tensor,
+    scores: torch.Tensor,
+    *,
+    alpha: float,
+    positive_columns: int | torch.Tensor,
+) -> torch.Tensor:
+    """``o_ij + α · stopgrad(s_ij)`` for every negative ``j``; the positive's logit unchanged.
+
+    ``logits``: (B, C); ``scores``: (B, C) the raw similarities ``s_ij`` (cosine in LLaVE);
+    ``alpha`` ≥ 0. Inside the softmax this multiplies negative ``j``'s term by
+    ``exp(α s_ij)``, a weight that grows with hardness and passes no gradient (Lan et al.
+    2025, LLaVE, eq. 5, α of a few units; sentence-transformers' ``hardness_mode="all"``).
+    It is Robinson et al.'s ``β`` reweighting with the weights held constant. Apply it
+    before masking (a masked logit stays masked either way).
+    """
+    work = _check_logits(logits)
+    check_tensor("scores", scores, tuple(work.shape), floating=True)
+    if not math.isfinite(alpha) or alpha < 0:
+        raise ValueError(f"alpha must be >= 0 and finite, got {alpha!r}")
+    cols = _as_columns(positive_columns, work)
+    if alpha == 0:
+        return work
+    bonus = alpha * scores.detach().to(work.dtype)
+    bonus = bonus.masked_fill(_positive_mask(cols, work), 0.0)
+    return work + bonus
+
+
+def guide_false_negative_mask(
+    guide_scores: torch.Tensor,
+    *,
+    positive_columns: int | torch.Tensor,
+    margin: float = 0.0,
+    margin_strategy: str = "absolute",
+) -> torch.Tensor:
+    """GISTEmbed's filter: (B, C) bool, True for candidates the guide scores above the positive.
+
+    ``guide_scores``: (B, C) similarities under a *guide* model (a trusted, usually larger,
+    frozen model; computed without gradient). With ``g⁺_i`` the guide's score of row
+    ``i``'s positive, candidate ``j`` is flagged as a likely false negative when
+
+    * ``"absolute"``: ``g_ij > g⁺_i − margin``;
+    * ``"relative"``: ``g_ij > g⁺_i · (1 − margin)``.
+
+    The positive's own column is never flagged. ``margin`` ≥ 0 (0, the default, flags
+    candidates the guide prefers to the positive). Semantics of sentence-transformers'
+    ``GISTEmbedLoss`` (Solatorio 2024); note that the relative rule only makes sense for
+    a positive guide score. Pass the result to :func:`mask_logits` or as
+    ``false_negative_mask``.
+    """
+    check_tensor("guide_scores", guide_scores, ("B", "C"), floating=True)
+    if margin_strategy not in MARGIN_STRATEGIES:
+        raise ValueError(
+            f"margin_strategy must be one of {MARGIN_STRATEGIES}, got {margin_strategy!r}"
+        )
+    if not math.isfinite(margin) or margin < 0:
+        raise ValueError(f"margin must be >= 0 and finite, got {margin!r}")
+    g = guide_scores.detach()
+    cols = _as_columns(positive_columns, g)
+    g_pos = g.gather(1, cols[:, None])
+    if margin_strategy == "absolute":
+        flagged = g > g_pos - margin
+    else:
+        flagged = g > g_pos * (1.0 - margin)
+    return flagged & ~_positive_mask(cols, g)
+
+
+# --------------------------------------------------------------------------- per-row losses
+
+
+def decoupled_cross_entropy(
+    logits: torch.Tensor,
+    positive_columns: int | torch.Tensor,
+    *,
+    positive_weight: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Per-row decoupled loss (DCL): the positive left out of the denominator. (B, C) → (B,).
+
+    ``ℓ_i = −w_i · o_ip + log Σ_{j ≠ p, unmasked} exp(o_ij)`` (Yeh et al. 2022), with
+    ``w_i = 1`` unless ``positive_weight`` (B,) is given (DCLW:
+    :func:`dclw_positive_weights`). Unlike the cross-entropy it can be negative, and it is
+    undefined for a row with no unmasked negative: such rows get 0 (use
+    ``reduce_loss(..., valid=unmasked_negatives > 0)``; :func:`hard_negative_softmax_loss`
+    does). Computed in at least float32.
+    """
+    work = _check_logits(logits)
+    cols = _as_columns(positive_columns, work)
+    negatives = unmasked(work) & ~_positive_mask(cols, work)
+    floor = mask_value(work.dtype)
+    lse = torch.logsumexp(torch.where(negatives, work, torch.full_like(work, floor)), dim=1)
+    positive = work.gather(1, cols[:, None]).squeeze(1)
+    if positive_weight is not None:
+        check_tensor("positive_weight", positive_weight, (work.shape[0],), floating=True)
+        positive = positive_weight.to(work.dtype) * positive
+    per_row = lse - positive
+    return torch.where(negatives.any(1), per_row, torch.zeros_like(per_row))
+
+
+def dclw_positive_weights(positive_scores: torch.Tensor, *, sigma: float = 0.5) -> torch.Tensor:
+    """DCLW's weight on the positive term: ``w_i = 2 − B · softmax_i(s_ii / σ)``. (B,) → (B,).
+
+    ``positive_scores``: (B,) the positive pairs' similarities (cosine in Yeh et al. 2022,
+    who use σ = 0.5). The weights average to 1 over the batch; pairs that are already
+    close (large ``s_ii``) get less weight. Gradients flow through the weights, as in the
+    public implementations (raminnakhli/Decoupled-Contrastive-Learning, lightly).
+    """
+    check_tensor("positive_scores", positive_scores, ("B",), floating=True)
+    check_positive("sigma", sigma)
+    s = upcast(positive_scores)
+    return 2.0 - s.shape[0] * torch.softmax(s / sigma, dim=0)
+
+
+def corrected_logq_weights(
+    logits: torch.Tensor,
+    positive_columns: int | torch.Tensor,
+    *,
+    positive_log_q: torch.Tensor | None,
+) -> torch.Tensor:
+    """Khrylchenko et al.'s row weight ``stopgrad(1 − p̂_i)``. (B, C) → (B,), no gradient.
+
+    ``p̂_i = exp(o_ip + log Q_p) / (exp(o_ip + log Q_p) + Σ_{j≠p, unmasked} exp(o_ij))``: the
+    softmax probability of the positive with its own correction undone (it is in the
+    denominator with probability 1, not sampled), the negatives keeping theirs.
+    ``positive_log_q``: (B,) the log Q that was subtracted from each row's positive
+    (``None`` or zeros: no correction, and ``1 − p̂`` is the usual ``1 − softmax``). Multiply
+    :func:`decoupled_cross_entropy` by it to get the corrected loss (module docstring).
+    """
+    work = _check_logits(logits).detach()
+    cols = _as_columns(positive_columns, work)
+    batch = work.shape[0]
+    if positive_log_q is not None:
+        check_tensor("positive_log_q", positive_log_q, (batch,), floating=True)
+        rows = torch.arange(batch, device=work.device)
+        work = work.clone()
+        work[rows, cols] = work[rows, cols] + positive_log_q.detach().to(work)
+    log_p = work.gather(1, cols[:, None]).squeeze(1) - torch.logsumexp(work, dim=1)
+    return -torch.expm1(log_p)  # 1 − p̂, accurate when p̂ is small
+
+
+def debiased_cross_entropy(
+    logits: torch.Tensor,
+    positive_columns: int | torch.Tensor,
+    *,
+    tau_plus: float,
+    beta: float = 0.0,
+    min_logit: float | None = None,
+) -> torch.Tensor:
+    """Debiased (Chuang et al. 2020) and hard (Robinson et al. 2021) contrastive loss. → (B,).
+
+    With ``N`` unmasked negatives ``o_ij`` per row, importance weights
+    ``w_ij = exp(β o_ij) / Σ_k exp(β o_ik)`` (uniform at ``β = 0``), the class prior
+    ``τ⁺ = tau_plus`` (the probability that a "negative" shares the query's class):
+
+        Ng_i = max( N · (Σ_j w_ij e^{o_ij} − τ⁺ e^{o_ip}) / (1 − τ⁺),  N · e^{min_logit} )
+        ℓ_i  = −log( e^{o_ip} / (e^{o_ip} + Ng_i) )
+
+    The first term removes, in expectation, the same-class samples hiding among the
+    negatives (a uniform negative is a positive with probability τ⁺, and the positive's
+    term estimates what those look like); ``β`` tilts the negatives towards the hard ones.
+    The floor keeps ``Ng > 0``: the reference code uses ``N e^{−1/t}``, the smallest value a
+    cosine similarity allows (pass ``min_logit = −1/τ``); the default ``None`` floors at
+    ``N · min_j e^{o_ij}``. ``τ⁺ = β = 0`` is the ordinary cross-entropy. Matches the
+    authors' code (chingyaoc/DCL ``debiased``, joshr17/HCL ``estimator='hard'``; gradients
+    flow through the weights there and here), written in log space. Rows with no unmasked
+    negative get 0.
+    """
+    work = _check_logits(logits)
+    cols = _as_columns(positive_columns, work)
+    if not (math.isfinite(tau_plus) and 0 <= tau_plus < 1):
+        raise ValueError(f"tau_plus must lie in [0, 1), got {tau_plus!r}")
+    if not math.isfinite(beta) or beta < 0:
+        raise ValueError(f"beta must be >= 0 and finite, got {beta!r}")
+    if min_logit is not None and not math.isfinite(min_logit):
+        raise ValueError(f"min_logit must be finite, got {min_logit!r}")
+    negatives = unmasked(work) & ~_positive_mask(cols, work)
+    floor = torch.full_like(work, mask_value(work.dtype))
+    count = negatives.sum(1)
+    log_n = torch.log(count.clamp(min=1).to(work.dtype))
+    o_pos = work.gather(1, cols[:, None]).squeeze(1)
+    tilted = torch.where(negatives, beta * work, floor)
+    log_w = tilted - torch.logsumexp(tilted, dim=1, keepdim=True)
+    log_mean = torch.logsumexp(torch.where(negatives, log_w + work, floor), dim=1)
+    if min_logit is None:
+        log_floor = log_n + torch.where(negatives, work, -floor).min(1).values
+    else:
+        log_floor = log_n + min_logit
+    if tau_plus > 0:
+        b = math.log(tau_plus) + o_pos
+        m = torch.maximum(log_mean, b)
+        diff = torch.exp(log_mean - m) - torch.exp(b - m)
+        ok = diff > 0
+        raw = log_n + m + torch.log(torch.where(ok, diff, torch.ones_like(diff)))
+        raw = raw - math.log1p(-tau_plus)
+        log_ng = torch.where(ok, torch.maximum(raw, log_floor), log_floor)
+    else:
+        log_ng = torch.maximum(log_n + log_mean, log_floor)
+    per_row = torch.logaddexp(o_pos, log_ng) - o_pos
+    return torch.where(count > 0, per_row, torch.zeros_like(per_row))
+
+
+def multi_positive_cross_entropy(
+    logits: torch.Tensor, positive_mask: torch.Tensor, *, variant: str = "out"
+) -> torch.Tensor:
+    """Multi-positive InfoNCE per row: (B, C) logits, (B, C) bool positives → (B,).
+
+    With ``P(i)`` the row's positive columns and ``log p_ij = o_ij − logsumexp_k o_ik`` over
+    every unmasked column (positives included):
+
+        "out":  ℓ_i = −(1/|P(i)|) Σ_{p∈P(i)} log p_ip        (SupCon's L_out)
+        "in":   ℓ_i = −log( (1/|P(i)|) Σ_{p∈P(i)} p_ip )      (SupCon's L_in)
+
+    ``L_in ≤ L_out`` (Jensen). "out" with the same number ``T`` of positives per row is
+    :func:`~candidate_sampling.losses.core.positive_column_cross_entropy` with (B, T)
+    columns. Rows without a positive get 0 (pass ``valid=positive_mask.any(1)`` to
+    :func:`reduce_loss`). Masked columns are never positives.
+    """
+    work = _check_logits(logits)
+    check_tensor("positive_mask", positive_mask, tuple(work.shape))
+    if positive_mask.dtype != torch.bool:
+        raise ValueError(f"positive_mask must be a bool tensor, got {positive_mask.dtype}")
+    if variant not in MULTI_POSITIVE_VARIANTS:
+        raise ValueError(f"variant must be one of {MULTI_POSITIVE_VARIANTS}, got {variant!r}")
+    pos = positive_mask.to(work.device) & unmasked(work)
+    num_pos = pos.sum(1)
+    log_norm = torch.logsumexp(work, dim=1)
+    if variant == "out":
+        zero = torch.zeros((), dtype=work.dtype, device=work.device)
+        per_row = log_norm - torch.where(pos, work, zero).sum(1) / num_pos.clamp(min=1)
+    else:
+        lse_pos = torch.logsumexp(mask_logits(work, ~pos), dim=1)
+        per_row = log_norm - lse_pos + torch.log(num_pos.clamp(min=1).to(work.dtype))
+    return torch.where(num_pos > 0, per_row, torch.zeros_like(per_row))
+
+
+# --------------------------------------------------------------------------- composed losses
+
+
+def multi_positive_softmax_loss(
+    query: torch.Tensor,
+    candidates: torch.Tensor,
+    positive_mask: torch.Tensor,
+    *,
+    temperature: float | torch.Tensor = 1.0,
+    variant: str = "out",
+    mask: torch.Tensor | None = None,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """Multi-positive InfoNCE of ``query`` (B, d) against ``candidates`` (C, d).
+
+    ``positive_mask``: (B, C) bool, row ``i``'s positives; ``mask``: (B, C) bool columns to
+    remove (e.g. the query itself when queries are among the candidates). Logits
+    ``s_ij / τ``; per-row loss :func:`multi_positive_cross_entropy`; rows without a
+    positive are left out of ``"mean"``. Chapter 8 (SupCon of chapter 6 is the case
+    ``candidates = query`` with cosine scores and the diagonal masked).
+    """
+    check_tensor("query", query, ("B", "d"), floating=True)
+    check_tensor("candidates", candidates, ("C", "d"), floating=True)
+    check_same("embedding size d", query=query.shape[1], candidates=candidates.shape[1])
+    check_positive("temperature", temperature)
+    check_reduction(reduction)
+    dtype = common_float_dtype(query=query, candidates=candidates)
+    logits = (query.to(dtype) @ candidates.to(dtype).T) / temperature
+    if mask is not None:
+        check_tensor("mask", mask, tuple(logits.shape))
+        logits = mask_logits(logits, mask.to(logits.device))
+    per_row = multi_positive_cross_entropy(logits, positive_mask, variant=variant)
+    valid = (positive_mask.to(logits.device) & unmasked(logits)).any(1)
+    return reduce_loss(per_row, reduction, valid=valid)
+
+
+def hard_negative_softmax_loss(
+    query: torch.Tensor,
+    candidates: torch.Tensor,
+    *,
+    positive_ids: torch.Tensor | None = None,
+    candidate_ids: torch.Tensor | None = None,
+    log_q: torch.Tensor | None = None,
+    temperature: float | torch.Tensor = 1.0,
+    remove_accidental_hits: bool | None = None,
+    false_negative_mask: torch.Tensor | None = None,
+    hardness_alpha: float = 0.0,
+    num_hard_negatives: int | None = None,
+    positive_in_denominator: str = "keep",
+    dclw_sigma: float | None = None,
+    tau_plus: float = 0.0,
+    beta: float = 0.0,
+    min_logit: float | None = None,
+    reduction: str = "mean",
+) -> torch.Tensor:
+    """The in-batch softmax of chapter 5 with chapter 8's options for negatives.
+
+    Inputs as :func:`~candidate_sampling.losses.retrieval.in_batch_softmax_loss`:
+    ``query`` (B, d); ``candidates`` (C ≥ B, d), row ``i``'s positive in row ``i``, then
+    extras (mixed negatives, mined negatives: :func:`~candidate_sampling.mining.append_mined`);
+    ``candidate_ids`` (C,), ``positive_ids`` (B,), ``log_q`` (C,) log expected counts;
+    ``remove_accidental_hits`` (default: when ids are given). Then, in this order:
+
+    1. ``o_ij = s_ij / τ − log Q_j``;
+    2. ``hardness_alpha`` α: ``o_ij += α · stopgrad(s_ij)`` for ``j ≠ i``
+       (:func:`hardness_weighted_logits`);
+    3. masks: accidental hits, and ``false_negative_mask`` (B, C) bool — known positives
+       (:class:`~candidate_sampling.mining.KnownPositives`), a guide's verdict
+       (:func:`guide_false_negative_mask`), another row's mined negatives; the row's own
+       positive column is never masked;
+    4. ``num_hard_negatives`` k: keep the positive and the k hardest columns
+       (:func:`hard_negative_mining`, TF Recommenders' option);
+    5. the per-row loss, by ``positive_in_denominator``:
+
+       * ``"keep"``: the softmax cross-entropy, or with ``tau_plus`` / ``beta`` > 0 the
+         debiased / hard-sample loss (:func:`debiased_cross_entropy`, ``min_logit``);
+       * ``"remove"``: DCL (:func:`decoupled_cross_entropy`), DCLW with ``dclw_sigma``;
+       * ``"corrected"``: Khrylchenko et al., ``stopgrad(1 − p̂_i) ·`` DCL
+         (:func:`corrected_logq_weights`, with the positives' ``log_q[:B]``);
+
+    6. the reduction over rows (rows left without a negative are dropped from the mean
+       in the decoupled modes). Chapter 8.
+    """
+    if positive_in_denominator not in POSITIVE_IN_DENOMINATOR:
+        raise ValueError(
+            f"positive_in_denominator must be one of {POSITIVE_IN_DENOMINATOR}, "
+            f"got {positive_in_denominator!r}"
+        )
+    if dclw_sigma is not None and positive_in_denominator != "remove":
+        raise ValueError('dclw_sigma needs positive_in_denominator="remove" (DCLW)')
+    if (tau_plus or beta) and positive_in_denominator != "keep":
+        raise ValueError(
+            'tau_plus and beta (debiased / hard-sample loss) need positive_in_denominator="keep"'
+        )
+    check_reduction(reduction)
+    logits = in_batch_logits(
+        query,
+        candidates,
+        positive_ids=positive_ids,
+        candidate_ids=candidate_ids,
+        log_q=log_q,
+        temperature=temperature,
+        remove_accidental_hits=False,
+    )
+    batch, num_cand = logits.shape
+    columns = torch.arange(batch, device=logits.device)
+    dtype = common_float_dtype(query=query, candidates=candidates)
+    if hardness_alpha:
+        with torch.no_grad():
+            scores = query.to(dtype) @ candidates.to(dtype).T
+        logits = hardness_weighted_logits(
+            logits, scores, alpha=hardness_alpha, positive_columns=columns
+        )
+    if remove_accidental_hits is None:
+        remove_accidental_hits = candidate_ids is not None
+    mask = None
+    if remove_accidental_hits:
+        if candidate_ids is None:
+            raise ValueError(
+                "candidate_ids are needed to remove accidental hits (remove_accidental_hits=True)"
+            )
+        pos_ids = candidate_ids[:batch] if positive_ids is None else positive_ids
+        mask = accidental_hits(pos_ids, candidate_ids, positive_columns=columns)
+    if false_negative_mask is not None:
+        check_tensor("false_negative_mask", false_negative_mask, (batch, num_cand))
+        if false_negative_mask.dtype != torch.bool:
+            raise ValueError(
+                f"false_negative_mask must be a bool tensor, got {false_negative_mask.dtype}"
+            )
+        extra = false_negative_mask.to(logits.device).clone()
+        extra[columns, columns] = False
+        mask = extra if mask is None else mask.to(logits.device) | extra
+    if mask is not None:
+        logits = mask_logits(logits, mask.to(logits.device))
+    if num_hard_negatives is not None:
+        logits, _ = hard_negative_mining(
+            logits, num_hard_negatives=num_hard_negatives, positive_columns=columns
+        )
+        columns = torch.zeros(batch, dtype=torch.long, device=logits.device)
+    if positive_in_denominator == "keep":
+        if tau_plus or beta:
+            per_row = debiased_cross_entropy(
+                logits, columns, tau_plus=tau_plus, beta=beta, min_logit=min_logit
+            )
+            valid = unmasked(logits).sum(1) > 1
+            return reduce_loss(per_row, reduction, valid=valid)
+        return reduce_loss(positive_column_cross_entropy(logits, columns), reduction)
+    valid = unmasked(logits).sum(1) > 1
+    weight = None
+    if dclw_sigma is not None:
+        positive_scores = (query.to(dtype) * candidates[:batch].to(dtype)).sum(1)
+        weight = dclw_positive_weights(positive_scores, sigma=dclw_sigma)
+    per_row = decoupled_cross_entropy(logits, columns, positive_weight=weight)
+    if positive_in_denominator == "corrected":
+        positive_log_q = None if log_q is None else log_q[:batch]
+        per_row = per_row * corrected_logq_weights(logits, columns, positive_log_q=positive_log_q)
+    return reduce_loss(per_row, reduction, valid=valid)
+
+
+class HardNegativeSoftmaxLoss(_Loss):
+    """Module form of :func:`hard_negative_softmax_loss`: options fixed at construction."""
+
+    _options = (
+        "temperature",
+        "hardness_alpha",
+        "num_hard_negatives",
+        "positive_in_denominator",
+        "dclw_sigma",
+        "tau_plus",
+        "beta",
+        "reduction",
+    )
+
+    def __init__(
+        self,
+        *,
+        temperature: float = 1.0,
+        hardness_alpha: float = 0.0,
+        num_hard_negatives: int | None = None,
+        positive_in_denominator: str = "keep",
+        dclw_sigma: float | None = None,
+        tau_plus: float = 0.0,
+        beta: float = 0.0,
+        min_logit: float | None = None,
+        remove_accidental_hits: bool | None = None,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(temperature=temperature, reduction=reduction)
+        if positive_in_denominator not in POSITIVE_IN_DENOMINATOR:
+            raise ValueError(
+                f"positive_in_denominator must be one of {POSITIVE_IN_DENOMINATOR}, "
+                f"got {positive_in_denominator!r}"
+            )
+        if num_hard_negatives is not None:
+            check_int_range("num_hard_negatives", num_hard_negatives, 0)
+        self.hardness_alpha = hardness_alpha
+        self.num_hard_negatives = num_hard_negatives
+        self.positive_in_denominator = positive_in_denominator
+        self.dclw_sigma = dclw_sigma
+        self.tau_plus, self.beta, self.min_logit = tau_plus, beta, min_logit
+        self.remove_accidental_hits = remove_accidental_hits
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        candidates: torch.Tensor,
+        *,
+        positive_ids: torch.Tensor | None = None,
+        candidate_ids: torch.Tensor | None = None,
+        log_q: torch.Tensor | None = None,
+        false_negative_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return hard_negative_softmax_loss(
+            query,
+            candidates,
+            positive_ids=positive_ids,
+            candidate_ids=candidate_ids,
+            log_q=log_q,
+            temperature=self.temperature,
+            remove_accidental_hits=self.remove_accidental_hits,
+            false_negative_mask=false_negative_mask,
+            hardness_alpha=self.hardness_alpha,
+            num_hard_negatives=self.num_hard_negatives,
+            positive_in_denominator=self.positive_in_denominator,
+            dclw_sigma=self.dclw_sigma,
+            tau_plus=self.tau_plus,
+            beta=self.beta,
+            min_logit=self.min_logit,
+            reduction=self.reduction,
+        )

@@ -1,0 +1,373 @@
+"""The hard-negative miner (chapter 8): exact indexes against torch.topk, HNSW recall,
+the mining rules against a float64 loop, the known-positive table, the refresh schedule."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from candidate_sampling.mining import (
+    HardNegativeMiner,
+    KnownPositives,
+    append_mined,
+    brute_force_top_k,
+    import_faiss,
+)
+
+pytest.importorskip("faiss")
+
+D64 = torch.float64
+
+
+def randn(*shape, seed=0, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def clustered(n, d, *, clusters=50, seed=0):
+    """Items near cluster centres (a little structure, as learned embeddings have)."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.randn(clusters, d, generator=g)
+    which = torch.randint(0, clusters, (n,), generator=g)
+    return centres[which] + 0.5 * torch.randn(n, d, generator=g)
+
+
+# ---------------------------------------------------------------- search
+
+
+@pytest.mark.parametrize("kind", ["flat", "torch"])
+def test_exact_indexes_equal_brute_force_topk(kind):
+    items, queries = randn(3000, 16, seed=1), randn(40, 16, seed=2)
+    miner = HardNegativeMiner(index=kind, num_threads=1).build(items)
+    scores, ids = miner.search(queries, 25)
+    ref_scores, ref_ids = torch.topk(queries @ items.T, 25, dim=1)
+    assert torch.equal(ids, ref_ids)
+    assert torch.allclose(scores, ref_scores, atol=1e-4)
+    b_scores, b_ids = brute_force_top_k(queries, items, 25, chunk_size=7)
+    assert torch.equal(b_ids, ref_ids) and torch.allclose(b_scores, ref_scores)
+
+
+def test_item_ids_are_mapped():
+    items = randn(500, 8, seed=3)
+    item_ids = torch.arange(500) * 7 + 3
+    miner = HardNegativeMiner(index="flat", num_threads=1).build(items, item_ids)
+    _, ids = miner.search(randn(5, 8, seed=4), 10)
+    _, pos = torch.topk(randn(5, 8, seed=4) @ items.T, 10, dim=1)
+    assert torch.equal(ids, item_ids[pos])
+    assert torch.allclose(miner.item_vectors(item_ids[[4, 9]]), items[[4, 9]])
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "options"),
+    [("hnsw", "gaussian", {"ef_search": 128}), ("ivf", "clustered", {"nprobe": 16})],
+)
+def test_approximate_index_recall_at_k(kind, data, options):
+    """On this test data: HNSW on Gaussian vectors, IVF on clustered ones (what each is
+    good at; the chapter and the benchmark measure recall on other data)."""
+    if data == "gaussian":
+        items, queries = randn(5000, 32, seed=5), randn(200, 32, seed=6)
+    else:
+        items, queries = clustered(5000, 32, seed=5), clustered(200, 32, seed=6)
+    k = 50
+    miner = HardNegativeMiner(index=kind, num_threads=1, **options).build(items)
+    _, ids = miner.search(queries, k)
+    _, ref = torch.topk(queries @ items.T, k, dim=1)
+    recall = sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(ids, ref)) / ref.numel()
+    assert recall >= 0.95, recall
+    assert miner.memory_bytes() >= items.numel() * 4  # it stores the vectors
+
+
+# ---------------------------------------------------------------- mining rules
+
+
+def ref_mine(
+    queries,
+    items,
+    num_negatives,
+    positives,
+    *,
+    range_min,
+    range_max,
+    max_score,
+    relative_margin,
+    absolute_margin,
+    known=None,
+):
+    """Loop reference: sort, drop positives / known pairs, rank window, score filters."""
+    out = []
+    for i in range(queries.shape[0]):
+        scores = (items @ queries[i]).tolist()
+        order = sorted(range(len(scores)), key=lambda j: (-scores[j], j))
+        banned = set(positives[i]) | (known[i] if known else set())
+        s_pos = scores[positives[i][0]]
+        rank, kept = 0, []
+        for j in order:
+            if j in banned:
+                continue
+            ok = range_min <= rank < range_max
+            ok &= max_score is None or scores[j] <= max_score
+            ok &= relative_margin is None or scores[j] < (1 - relative_margin) * s_pos
+            ok &= absolute_margin is None or scores[j] < s_pos - absolute_margin
+            if ok:
+                kept.append((j, rank))
+            rank += 1
+        out.append(kept[:num_negatives])
+    return out
+
+
+@settings(max_examples=30)
+@given(
+    st.integers(0, 5),
+    st.integers(1, 30),
+    st.sampled_from([None, 0.5, 1.5]),
+    st.sampled_from([None, 0.0, 0.05, 0.3]),
+    st.sampled_from([None, 0.1, 1.0]),
+    st.integers(0, 1000),
+)
+def test_mine_matches_loop_reference(range_min, width, max_score, rel, absm, seed):
+    items = randn(200, 6, seed=seed, dtype=D64)
+    queries = randn(7, 6, seed=seed + 1, dtype=D64)
+    positives = torch.randint(0, 200, (7, 2), generator=torch.Generator().manual_seed(seed))
+    # make the first positive a good match so that the margins keep something
+    queries = queries + 2 * items[positives[:, 0]]
+    miner = HardNegativeMiner(index="torch").build(items)
+    mined = miner.mine(
+        queries,
+        num_negatives=4,
+        positive_ids=positives,
+        range_min=range_min,
+        range_max=range_min + width,
+        max_score=max_score,
+        relative_margin=rel,
+        absolute_margin=absm,
+    )
+    ref = ref_mine(
+        queries,
+        items,
+        4,
+        positives.tolist(),
+        range_min=range_min,
+        range_max=range_min + width,
+        max_score=max_score,
+        relative_margin=rel,
+        absolute_margin=absm,
+    )
+    for i in range(7):
+        got = [
+            (int(j), int(r)) for j, r, v in zip(mined.ids[i], mined.ranks[i], mined.valid[i]) if v
+        ]
+        assert got == ref[i]
+        assert all(int(j) == -1 for j, v in zip(mined.ids[i], mined.valid[i]) if not v)
+
+
+def test_faiss_flat_mines_like_torch():
+    items, queries = randn(1000, 8, seed=7), randn(20, 8, seed=8)
+    pos = torch.randint(0, 1000, (20,), generator=torch.Generator().manual_seed(9))
+    queries = queries + items[pos]
+    kw = {
+        "num_negatives": 5,
+        "positive_ids": pos,
+        "range_min": 2,
+        "range_max": 40,
+        "relative_margin": 0.05,
+    }
+    a = HardNegativeMiner(index="torch").build(items).mine(queries, **kw)
+    b = HardNegativeMiner(index="flat", num_threads=1).build(items).mine(queries, **kw)
+    assert torch.equal(a.ids, b.ids) and torch.equal(a.valid, b.valid)
+    assert a.valid.any()
+
+
+def test_known_positives_are_excluded_and_rows_are_padded():
+    items = randn(50, 4, seed=10, dtype=D64)
+    queries = randn(3, 4, seed=11, dtype=D64)
+    order = torch.argsort(queries @ items.T, dim=1, descending=True)
+    # row 0 "already rated" its 5 best items; row 1 its best one; row 2 nothing
+    known = KnownPositives(
+        torch.tensor([0] * 5 + [1]), torch.cat([order[0, :5], order[1, :1]]), num_items=50
+    )
+    miner = HardNegativeMiner(index="torch").build(items)
+    mined = miner.mine(queries, num_negatives=3, known=known, row_keys=torch.arange(3))
+    assert torch.equal(mined.ids[0], order[0, 5:8])
+    assert torch.equal(mined.ids[1], order[1, 1:4])
+    assert torch.equal(mined.ids[2], order[2, :3])
+    assert torch.equal(mined.ranks, torch.arange(3).repeat(3, 1))
+    # a window the catalogue cannot fill is padded with -1 and valid=False
+    few = miner.mine(queries, num_negatives=3, range_min=48, range_max=60)
+    assert torch.equal(few.valid.sum(1), torch.tensor([2, 2, 2]))
+    assert bool((few.ids[~few.valid] == -1).all())
+
+
+def test_random_sampling_stays_in_the_window():
+    items, queries = randn(300, 5, seed=12), randn(30, 5, seed=13)
+    miner = HardNegativeMiner(index="torch").build(items)
+    gen = torch.Generator().manual_seed(0)
+    mined = miner.mine(
+        queries, num_negatives=4, range_min=3, range_max=20, sampling="random", generator=gen
+    )
+    assert bool(mined.valid.all())
+    assert bool(((mined.ranks >= 3) & (mined.ranks < 20)).all())
+    assert bool((mined.ranks[:, 1:] > mined.ranks[:, :-1]).all())  # hardest first
+    top = miner.mine(queries, num_negatives=4, range_min=3, range_max=20)
+    assert not torch.equal(mined.ids, top.ids)
+
+
+@settings(max_examples=20)
+@given(st.integers(1, 8), st.integers(1, 12), st.integers(0, 1000))
+def test_known_positives_mask_against_loop(b, c, seed):
+    g = torch.Generator().manual_seed(seed)
+    keys, items = torch.randint(0, 5, (20,), generator=g), torch.randint(0, 9, (20,), generator=g)
+    table = KnownPositives(keys, items, num_items=9)
+    rows = torch.randint(0, 6, (b,), generator=g)
+    cand = torch.randint(-1, 9, (b, c), generator=g)
+    pairs = set(zip(keys.tolist(), items.tolist()))
+    mask = table.mask(rows, cand)
+    for i in range(b):
+        for j in range(c):
+            assert bool(mask[i, j]) == ((int(rows[i]), int(cand[i, j])) in pairs)
+    counts = table.counts(rows)
+    for i in range(b):
+        assert int(counts[i]) == len({p for p in pairs if p[0] == int(rows[i])})
+
+
+# ---------------------------------------------------------------- candidate contract
+
+
+def test_append_mined_layout_and_own_row_mask():
+    items, queries = randn(100, 4, seed=14), randn(3, 4, seed=15)
+    pos = torch.tensor([5, 6, 7])
+    mined = (
+        HardNegativeMiner(index="torch")
+        .build(items)
+        .mine(queries, num_negatives=2, positive_ids=pos)
+    )
+    out = append_mined(pos, mined, positive_log_q=torch.tensor([-1.0, -2.0, -3.0]), share=False)
+    assert torch.equal(out.candidate_ids[:3], pos)
+    assert torch.equal(out.candidate_ids[3:], mined.ids.reshape(-1))
+    assert torch.equal(out.log_q, torch.tensor([-1.0, -2.0, -3.0, 0, 0, 0, 0, 0, 0]))
+    expected = torch.zeros(3, 9, dtype=torch.bool)
+    for i in range(3):
+        for j in range(6):
+            expected[i, 3 + j] = j // 2 != i
+    assert torch.equal(out.mask, expected)
+    shared = append_mined(pos, mined)
+    assert shared.mask is None and shared.log_q is None
+
+
+# ---------------------------------------------------------------- refresh schedule (ANCE)
+
+
+def test_refresh_schedule():
+    calls = []
+
+    def embed():
+        calls.append(1)
+        return randn(40, 3, seed=len(calls))
+
+    miner = HardNegativeMiner(index="flat", refresh_every=5, num_threads=1)
+    rebuilt = [miner.maybe_refresh(step, embed) for step in range(12)]
+    assert rebuilt == [s in (0, 5, 10) for s in range(12)]
+    assert len(calls) == 3 and miner.num_builds == 3 and miner.built_at == 10
+    once = HardNegativeMiner(index="torch")
+    assert [once.maybe_refresh(s, embed) for s in range(4)] == [True, False, False, False]
+    mined = once.mine(randn(2, 3), num_negatives=1)
+    assert mined.built_at == 0
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="index must be one of"):
+        HardNegativeMiner(index="annoy")
+    with pytest.raises(ValueError, match="refresh_every must be >= 1"):
+        HardNegativeMiner(refresh_every=0)
+    miner = HardNegativeMiner(index="torch")
+    with pytest.raises(ValueError, match="the index is empty"):
+        miner.search(randn(2, 3), 1)
+    miner.build(randn(10, 3))
+    q = randn(2, 3)
+    with pytest.raises(ValueError, match="k must be in"):
+        miner.search(q, 11)
+    with pytest.raises(ValueError, match="num_negatives must be >= 1"):
+        miner.mine(q, num_negatives=0)
+    with pytest.raises(ValueError, match="range_max must be >= 4"):
+        miner.mine(q, num_negatives=1, range_min=3, range_max=3)
+    with pytest.raises(ValueError, match="relative_margin must lie in"):
+        miner.mine(q, num_negatives=1, relative_margin=1.0, positive_ids=torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="need positive_scores or positive_ids"):
+        miner.mine(q, num_negatives=1, absolute_margin=0.1)
+    with pytest.raises(ValueError, match="sampling must be one of"):
+        miner.mine(q, num_negatives=1, sampling="best")
+    with pytest.raises(ValueError, match="known and row_keys"):
+        miner.mine(q, num_negatives=1, row_keys=torch.arange(2))
+    with pytest.raises(ValueError, match=r"queries must have shape \(B, 3\)"):
+        miner.mine(randn(2, 4), num_negatives=1)
+    with pytest.raises(ValueError, match="items must lie in"):
+        KnownPositives(torch.tensor([0]), torch.tensor([9]), num_items=5)
+
+
+def test_missing_faiss_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    with pytest.raises(ImportError, match="pip install faiss-cpu"):
+        import_faiss()
+    with pytest.raises(ImportError, match="index='torch'"):
+        HardNegativeMiner(index="hnsw").build(randn(5, 2))
+
+
+def test_known_positives_sparse_path_equals_dense_path():
+    g = torch.Generator().manual_seed(3)
+    keys, items = (
+        torch.randint(0, 50, (300,), generator=g),
+        torch.randint(0, 40, (300,), generator=g),
+    )
+    dense = KnownPositives(keys, items, num_items=40)
+    sparse = KnownPositives(keys, items, num_items=40, dense_limit=0)
+    rows = torch.randint(0, 60, (16,), generator=g)  # some keys never seen
+    cand = torch.randint(-1, 40, (16, 25), generator=g)
+    assert torch.equal(dense.mask(rows, cand), sparse.mask(rows, cand))
+    assert torch.equal(dense.mask(rows, cand[0]), sparse.mask(rows, cand[0]))
+    assert torch.equal(dense.counts(rows), sparse.counts(rows))
+
+
+def test_fetch_bounds_the_search_and_pads_rows():
+    items = randn(100, 4, seed=16, dtype=D64)
+    queries = randn(2, 4, seed=17, dtype=D64)
+    order = torch.argsort(queries @ items.T, dim=1, descending=True)
+    known = KnownPositives(torch.zeros(8, dtype=torch.long), order[0, :8], num_items=100)
+    miner = HardNegativeMiner(index="torch").build(items)
+    mined = miner.mine(
+        queries, num_negatives=2, known=known, row_keys=torch.tensor([0, 1]), fetch=8
+    )
+    assert not bool(mined.valid[0].any())  # its 8 best are all known: nothing left
+    assert torch.equal(mined.ids[1], order[1, :2])
+    exact = miner.mine(queries, num_negatives=2, known=known, row_keys=torch.tensor([0, 1]))
+    assert torch.equal(exact.ids[0], order[0, 8:10])
+
+
+# ---------------------------------------------------------------- the benchmark (structure only)
+
+
+def test_mining_benchmark_rows_and_headline(monkeypatch):
+    """benchmarks/mining.py on a tiny catalogue: row structure and the headline rule."""
+    root = str(__import__("pathlib").Path(__file__).resolve().parents[1])
+    monkeypatch.syspath_prepend(root)
+    from benchmarks import mining as bench
+
+    rows = bench.run_size(
+        2000, num_queries=8, repeats=1, device=torch.device("cpu"), ef_search=(16, 256), ivf=False
+    )
+    names = [r["contender"] for r in rows]
+    assert names[0].startswith("exact torch.topk") and "faiss IndexFlatIP" in names
+    assert all(0.0 <= r["recall"] <= 1.0 and r["qps"] > 0 for r in rows)
+    assert next(r for r in rows if r["contender"] == "faiss IndexFlatIP")["recall"] == 1.0
+    ratio, recall, setting = bench.headline(rows, 2000)
+    hnsw = [r for r in rows if r["contender"] == "faiss HNSW"]
+    good = [r for r in hnsw if r["recall"] >= bench.RECALL_TARGET]
+    expected = good[0] if good else max(hnsw, key=lambda r: r["recall"])
+    assert setting == expected["setting"] and recall == expected["recall"]
+    assert ratio == pytest.approx(expected["qps"] / rows[0]["qps"])
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    assert bench.recall_at_k(ids, torch.tensor([[3, 2, 9], [7, 8, 9]])) == pytest.approx(2 / 6)
