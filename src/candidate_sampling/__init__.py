@@ -11,9 +11,10 @@ The package behind the book *Candidate Sampling*. Modules, one concept each:
 ``models``      the two-tower retrieval model
 ``metrics``     Recall@K / NDCG@K over the full catalogue
 ``train``       a small training loop returning per-epoch metrics
-``distributed`` cross-device negatives on torch.distributed (gather with gradients, ring)
-``gradcache``   GradCache: a big batch's loss in chunks, memory of one chunk
-``memory``      cross-batch memory / momentum queue of past item embeddings
+``distributed`` negatives across devices: all-gather with gradients, global ids and log Q,
+                ring sigmoid loss, a process launcher
+``gradcache``   GradCache (exact big-batch gradients in chunks), checkpointed in-batch loss
+``memory``      cross-batch memory / momentum queue with log Q, staleness, momentum encoder
 ``mining``      hard-negative mining with faiss (exact / HNSW / IVF) and a refresh schedule
 
 Conventions (see the notation page of the book): logits are ``s / τ − log Q`` where Q is a

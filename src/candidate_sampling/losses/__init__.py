@@ -10,6 +10,8 @@ Submodules, one family each (all names are re-exported here):
   mixed negatives) and the ``RetrievalLoss`` task module (chapter 5).
 * :mod:`.contrastive` — InfoNCE, NT-Xent, NT-BXent, supervised contrastive, soft nearest
   neighbour (chapter 6).
+* :mod:`.sigmoid` — SigLIP's pairwise sigmoid loss with a learnable scale and bias
+  (chapter 7).
 * :mod:`.hard_negatives` — hard-negative selection and weighting, false-negative filters,
   debiased / hard-sample (HCL) losses, DCL and the corrected logQ, multi-positive InfoNCE
   (chapter 8).
@@ -27,7 +29,16 @@ from candidate_sampling.losses.retrieval import __all__ as _retrieval_all
 from candidate_sampling.losses.contrastive import *  # noqa: F401,F403
 from candidate_sampling.losses.contrastive import __all__ as _contrastive_all
 
+from candidate_sampling.losses.sigmoid import *  # noqa: F401,F403
+from candidate_sampling.losses.sigmoid import __all__ as _sigmoid_all
 from candidate_sampling.losses.hard_negatives import *  # noqa: F401,F403
 from candidate_sampling.losses.hard_negatives import __all__ as _hard_negatives_all
 
-__all__ = [*_core_all, *_sampled_all, *_retrieval_all, *_contrastive_all, *_hard_negatives_all]
+__all__ = [
+    *_core_all,
+    *_sampled_all,
+    *_retrieval_all,
+    *_contrastive_all,
+    *_sigmoid_all,
+    *_hard_negatives_all,
+]

@@ -1,0 +1,292 @@
+"""Cross-device negatives on torch.distributed: 2 gloo processes against one process.
+
+One launch (two spawned processes, gloo on 127.0.0.1) runs every multi-process check in
+:func:`_worker` and returns numbers; the tests read them. The reference is the loss on the
+concatenated batch, written with explicit loops in float64. Each rank's loss is a mean over
+its rows and the parameter gradients are averaged over ranks, as DDP does.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from candidate_sampling import distributed
+from candidate_sampling.distributed import (
+    gather_candidates,
+    gathered_softmax_loss,
+    launch,
+    rank_and_world_size,
+    ring_sigmoid_loss,
+)
+from candidate_sampling.losses import (
+    accidental_hits,
+    mask_logits,
+    positive_column_cross_entropy,
+    reduce_loss,
+)
+
+F64 = torch.float64
+TAU = 0.7
+
+
+# --------------------------------------------------------------------------- references
+
+
+def softmax_reference(u, v, ids, log_q):
+    """Mean over rows of −o_ii + log Σ_{j: j = i or id_j ≠ id_i} exp(o_ij), explicit loop."""
+    rows = []
+    for i in range(u.shape[0]):
+        kept = [
+            u[i] @ v[j] / TAU - log_q[j] for j in range(v.shape[0]) if j == i or ids[j] != ids[i]
+        ]
+        rows.append(torch.logsumexp(torch.stack(kept), 0) - (u[i] @ v[i] / TAU - log_q[i]))
+    return torch.stack(rows).mean()
+
+
+def sigmoid_reference(u, v, ids, log_q, bias):
+    """Mean over rows of Σ_j −log σ(±z_ij), hits (j ≠ i, same id) skipped, explicit loop."""
+    rows = []
+    for i in range(u.shape[0]):
+        total = torch.zeros((), dtype=F64)
+        for j in range(v.shape[0]):
+            if j != i and ids[j] == ids[i]:
+                continue
+            z = u[i] @ v[j] / TAU - log_q[j] + bias
+            total = total - torch.nn.functional.logsigmoid(z if j == i else -z)
+        rows.append(total)
+    return torch.stack(rows).mean()
+
+
+def make_data(sizes, seed=0, dim=4, num_items=5):
+    gen = torch.Generator().manual_seed(seed)
+    n = sum(sizes)
+    x = torch.randn(n, dim, generator=gen, dtype=F64)
+    y = torch.randn(n, dim, generator=gen, dtype=F64)
+    ids = torch.randint(0, num_items, (n,), generator=gen)
+    probs = torch.rand(num_items, generator=gen, dtype=F64) + 0.2
+    weights = [torch.randn(dim, dim, generator=gen, dtype=F64) / dim**0.5 for _ in range(2)]
+    return x, y, ids, probs / probs.sum(), weights
+
+
+def step(loss_fn, x, y, ids, p, weights, world, average=True):
+    """Loss and gradients (query weights, item weights, bias) averaged (or summed) over ranks."""
+    params = [w.clone().requires_grad_() for w in weights]
+    bias = torch.tensor(-0.5, dtype=F64, requires_grad=True)
+    loss = loss_fn(x @ params[0], y @ params[1], ids, p, bias)
+    loss.backward()
+    values = [
+        loss.detach(),
+        params[0].grad,
+        params[1].grad,
+        torch.zeros((), dtype=F64) if bias.grad is None else bias.grad,
+    ]
+    if world > 1:
+        for t in values:
+            dist.all_reduce(t)
+            if average:
+                t /= world
+    return values
+
+
+def compare(local_fn, reference_fn, sizes, rank, world, seed=0):
+    """Largest absolute difference over the loss and every gradient.
+
+    With equal sizes each rank's mean loss is averaged over ranks (DDP); with unequal sizes
+    the average of per-rank means is not the global mean, so ``local_fn`` returns its rows'
+    *sum* divided by the global N and the ranks' values are summed."""
+    x, y, ids, probs, weights = make_data(sizes, seed)
+    start = sum(sizes[:rank])
+    own = slice(start, start + sizes[rank])
+    average = len(set(sizes)) == 1
+    got = step(local_fn, x[own], y[own], ids[own], probs[ids[own]], weights, world, average)
+    want = step(reference_fn, x, y, ids, probs[ids], weights, 1)
+    return max(float((a - b).abs().max()) for a, b in zip(got, want))
+
+
+def _softmax_local(u, v, i, p, bias):
+    return gathered_softmax_loss(u, v, positive_ids=i, positive_probs=p, temperature=TAU)
+
+
+def _softmax_local_sum(u, v, i, p, bias):
+    total = gathered_softmax_loss(
+        u, v, positive_ids=i, positive_probs=p, temperature=TAU, reduction="sum"
+    )
+    return total / 8  # N = 3 + 5 rows in the global batch
+
+
+def _softmax_rank_order(u, v, i, p, bias, *, use_offset=True):
+    """Rank-ordered candidates; row i's positive at the global index offset + i."""
+    g = gather_candidates(v, positive_ids=i, positive_probs=p)
+    rank_order = torch.roll(g.candidates, g.offset, dims=0)
+    ids = torch.roll(g.candidate_ids, g.offset)
+    log_q = torch.roll(g.log_q, g.offset)
+    columns = torch.arange(u.shape[0]) + (g.offset if use_offset else 0)
+    logits = mask_logits(
+        (u @ rank_order.T) / TAU - log_q,
+        accidental_hits(i, ids, positive_columns=columns),
+    )
+    return reduce_loss(positive_column_cross_entropy(logits, columns))
+
+
+def global_log_q(p):
+    """log(N·p) of the global batch, rounded to float32 as the package's log Q always is."""
+    return torch.log(len(p) * p).float().to(F64)
+
+
+def _softmax_single(u, v, i, p, bias):
+    return softmax_reference(u, v, i, global_log_q(p))
+
+
+def _sigmoid_local(u, v, i, p, bias):
+    return ring_sigmoid_loss(u, v, positive_ids=i, positive_probs=p, temperature=TAU, bias=bias)
+
+
+def _sigmoid_single(u, v, i, p, bias):
+    return sigmoid_reference(u, v, i, global_log_q(p), bias)
+
+
+def _interleave(gathered, offset):
+    """The bug: rows of the two ranks alternate (P N P N …) instead of forming blocks."""
+    half = gathered.shape[0] // 2
+    return torch.stack([gathered[:half], gathered[half:]], dim=1).flatten(0, 1)
+
+
+def _worker():
+    rank, world = rank_and_world_size()
+    out = {"rank": rank, "world": world}
+    equal = [6, 6]
+    _, y, ids, _, _ = make_data(equal)
+    out["duplicates_across_ranks"] = bool((ids[:6, None] == ids[None, 6:]).any())
+    out["softmax"] = compare(_softmax_local, _softmax_single, equal, rank, world)
+    out["softmax_rank_order"] = compare(_softmax_rank_order, _softmax_single, equal, rank, world)
+    out["softmax_unequal"] = compare(_softmax_local_sum, _softmax_single, [3, 5], rank, world)
+    out["sigmoid_ring"] = compare(_sigmoid_local, _sigmoid_single, equal, rank, world)
+
+    def no_offset(u, v, i, p, bias):
+        return _softmax_rank_order(u, v, i, p, bias, use_offset=False)
+
+    out["bug_no_offset"] = compare(no_offset, _softmax_single, equal, rank, world)
+    original = distributed._local_first
+    distributed._local_first = _interleave
+    try:
+        out["bug_interleaved"] = compare(_softmax_local, _softmax_single, equal, rank, world)
+    finally:
+        distributed._local_first = original
+
+    g = gather_candidates(
+        y[:6] if rank == 0 else y[6:9],
+        positive_ids=ids[:6] if rank == 0 else ids[6:9],
+        positive_probs=torch.full((6 if rank == 0 else 3,), 0.25, dtype=F64),
+    )
+    out["offset"], out["sizes"] = g.offset, g.sizes
+    out["first_id_is_local"] = int(g.candidate_ids[0]) == int(ids[0 if rank == 0 else 6])
+    out["log_q"] = torch.unique(g.log_q).tolist()
+    try:
+        ring_sigmoid_loss(torch.randn(2 + rank, 4), torch.randn(2 + rank, 4))
+        out["ring_unequal_error"] = ""
+    except ValueError as err:
+        out["ring_unequal_error"] = str(err)
+    return out
+
+
+def _raises():
+    raise KeyError("deliberate failure in a launched rank")
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@pytest.fixture(scope="module")
+def results():
+    return launch(_worker, world_size=2, backend="gloo", timeout_s=120)
+
+
+def test_both_ranks_ran_and_the_data_has_duplicates_across_ranks(results):
+    assert [r["rank"] for r in results] == [0, 1] and {r["world"] for r in results} == {2}
+    assert results[0]["duplicates_across_ranks"]
+
+
+@pytest.mark.parametrize("check", ["softmax", "softmax_rank_order", "softmax_unequal"])
+def test_gathered_softmax_equals_the_single_process_loss_and_gradients(results, check):
+    for r in results:
+        assert r[check] < 1e-10, (check, r[check])
+
+
+def test_ring_sigmoid_equals_the_single_process_loss_and_gradients(results):
+    for r in results:
+        assert r["sigmoid_ring"] < 1e-10
+
+
+@pytest.mark.parametrize("bug", ["bug_interleaved", "bug_no_offset"])
+def test_the_comparison_catches_a_wrong_arrangement(results, bug):
+    """An interleaved gather (sentence-transformers' bug) or a missing rank offset fails."""
+    assert max(r[bug] for r in results) > 1e-2
+
+
+def test_gather_reports_offsets_sizes_and_global_log_q(results):
+    assert [r["offset"] for r in results] == [0, 6]
+    assert results[0]["sizes"] == results[1]["sizes"] == [6, 3]
+    assert all(r["first_id_is_local"] for r in results)
+    # expected count of an item among N = 9 gathered positives drawn with p = 0.25
+    for r in results:
+        assert r["log_q"] == pytest.approx([float(torch.log(torch.tensor(9 * 0.25)))], abs=1e-6)
+
+
+def test_ring_refuses_unequal_batches(results):
+    for r in results:
+        assert "same number of rows B" in r["ring_unequal_error"]
+
+
+def test_one_process_needs_no_process_group():
+    assert rank_and_world_size() == (0, 1)
+    v = torch.randn(4, 3, dtype=F64, requires_grad=True)
+    ids = torch.tensor([1, 2, 1, 3])
+    g = gather_candidates(v, positive_ids=ids, positive_probs=torch.full((4,), 0.1, dtype=F64))
+    assert g.candidates is v and torch.equal(g.candidate_ids, ids)
+    assert g.offset == 0 and g.sizes == [4]
+    torch.testing.assert_close(g.log_q, torch.full((4,), float(torch.log(torch.tensor(0.4)))))
+    u = torch.randn(4, 3, dtype=F64)
+    p = torch.full((4,), 0.1, dtype=F64)
+    torch.testing.assert_close(
+        gathered_softmax_loss(u, v, positive_ids=ids, positive_probs=p, temperature=TAU),
+        softmax_reference(u, v, ids, global_log_q(p)),
+    )
+    torch.testing.assert_close(
+        ring_sigmoid_loss(u, v, positive_ids=ids, positive_probs=p, temperature=TAU, bias=-0.5),
+        sigmoid_reference(u, v, ids, global_log_q(p), -0.5),
+    )
+
+
+def test_a_failing_rank_raises_with_its_traceback():
+    with pytest.raises(RuntimeError, match="deliberate failure in a launched rank"):
+        launch(_raises, world_size=1, timeout_s=60)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: launch(_raises, world_size=0), "world_size must be >= 1"),
+        (lambda: launch(_raises, backend="mpi"), "backend must be 'gloo' or 'nccl'"),
+        (lambda: gather_candidates(torch.zeros(3)), "positives must have shape"),
+        (
+            lambda: gather_candidates(
+                torch.zeros(3, 2), positive_ids=torch.zeros(2, dtype=torch.int64)
+            ),
+            "positive_ids must have shape",
+        ),
+        (
+            lambda: gather_candidates(torch.zeros(3, 2), positive_probs=torch.full((3,), 1.5)),
+            "positive_probs must lie in",
+        ),
+        (
+            lambda: ring_sigmoid_loss(torch.zeros(3, 2), torch.zeros(2, 2)),
+            "batch size B must agree",
+        ),
+        (lambda: distributed.all_gather_with_grad(torch.tensor(1.0)), "at least one dimension"),
+    ],
+)
+def test_bad_arguments_name_themselves(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()

@@ -1,0 +1,188 @@
+"""Cross-batch memory: FIFO order, ages, log Q of queued items, hit masking, momentum."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+from candidate_sampling.losses import in_batch_softmax_loss
+from candidate_sampling.memory import (
+    CrossBatchMemory,
+    embedding_drift,
+    make_momentum_encoder,
+    momentum_update,
+)
+
+F64 = torch.float64
+
+
+@given(size=st.integers(1, 12), batches=st.lists(st.integers(1, 9), min_size=1, max_size=8))
+def test_fifo_keeps_the_newest_entries_like_a_deque(size, batches):
+    memory = CrossBatchMemory(size, 2, dtype=F64)
+    reference: deque = deque(maxlen=size)  # (id, step), oldest on the left
+    next_id = 0
+    for step, n in enumerate(batches, start=1):
+        ids = torch.arange(next_id, next_id + n)
+        next_id += n
+        memory.enqueue(ids[:, None].to(F64).repeat(1, 2), ids)
+        reference.extend((int(i), step) for i in ids)
+    newest_first = list(reversed(reference))
+    assert len(memory) == len(reference)
+    assert memory.ids.tolist() == [i for i, _ in newest_first]
+    assert memory.embeddings[:, 0].tolist() == [float(i) for i, _ in newest_first]
+    assert memory.ages().tolist() == [len(batches) + 1 - s for _, s in newest_first]
+    assert memory.step == len(batches)
+
+
+def test_entries_are_detached_and_converted():
+    memory = CrossBatchMemory(4, 3)
+    emb = torch.randn(2, 3, dtype=F64, requires_grad=True)
+    memory.enqueue(emb * 2, torch.tensor([5, 6], dtype=torch.int32))
+    assert memory.embeddings.dtype == torch.float32 and not memory.embeddings.requires_grad
+    assert memory.ids.dtype == torch.int64 and memory.ids.tolist() == [6, 5]
+    torch.testing.assert_close(memory.embeddings, (emb * 2).detach().float().flip(0))
+
+
+def test_candidates_are_batch_then_queue_with_expected_count_log_q():
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.rand(10, generator=gen, dtype=F64) + 0.1
+    probs /= probs.sum()
+    memory = CrossBatchMemory(6, 3, dtype=F64)
+    memory.enqueue(torch.randn(4, 3, generator=gen, dtype=F64), torch.tensor([1, 2, 3, 1]))
+    positives = torch.randn(3, 3, generator=gen, dtype=F64, requires_grad=True)
+    ids = torch.tensor([1, 7, 9])
+    cands = memory.candidates_for(positives, ids, item_probabilities=probs)
+    assert cands.candidates.shape == (7, 3) and cands.candidates.requires_grad
+    torch.testing.assert_close(cands.candidates[:3], positives)
+    torch.testing.assert_close(cands.candidates[3:], memory.embeddings)
+    assert cands.candidate_ids.tolist() == [1, 7, 9, 1, 3, 2, 1]
+    # expected count of y among 3 batch + 4 queued popularity draws: (3 + 4)·p(y)
+    torch.testing.assert_close(
+        cands.log_q, torch.log(7 * probs[cands.candidate_ids]).float(), rtol=0, atol=1e-6
+    )
+    assert memory.candidates_for(positives, ids).log_q is None
+
+
+def test_queued_copies_of_a_positive_are_masked_as_accidental_hits():
+    """The loss over [batch | queue] equals the loss with the positive's queued copies deleted."""
+    gen = torch.Generator().manual_seed(1)
+    memory = CrossBatchMemory(8, 4, dtype=F64)
+    queue_ids = torch.tensor([3, 0, 3, 5, 1, 3, 6, 2])
+    memory.enqueue(torch.randn(8, 4, generator=gen, dtype=F64), queue_ids)
+    query = torch.randn(3, 4, generator=gen, dtype=F64)
+    positives = torch.randn(3, 4, generator=gen, dtype=F64)
+    ids = torch.tensor([3, 4, 5])
+    cands = memory.candidates_for(positives, ids)
+    per_row = in_batch_softmax_loss(
+        query, cands.candidates, candidate_ids=cands.candidate_ids, reduction="none"
+    )
+    for i in range(3):
+        keep = [j for j in range(11) if j == i or cands.candidate_ids[j] != ids[i]]
+        logits = query[i] @ cands.candidates[keep].T
+        want = torch.logsumexp(logits, 0) - query[i] @ positives[i]
+        torch.testing.assert_close(per_row[i], want)
+    unmasked = in_batch_softmax_loss(
+        query,
+        cands.candidates,
+        candidate_ids=cands.candidate_ids,
+        remove_accidental_hits=False,
+        reduction="none",
+    )
+    assert unmasked[0] > per_row[0]  # three queued copies of item 3 were false negatives
+
+
+def test_enqueue_more_than_capacity_keeps_the_last_rows():
+    memory = CrossBatchMemory(3, 1)
+    memory.enqueue(torch.arange(5.0)[:, None], torch.arange(5))
+    assert memory.ids.tolist() == [4, 3, 2] and len(memory) == 3
+
+
+def test_momentum_update_and_frozen_copy():
+    torch.manual_seed(0)
+    source = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    target = make_momentum_encoder(source)
+    assert all(not p.requires_grad for p in target.parameters())
+    assert all(p.requires_grad for p in source.parameters())
+    before = [p.detach().clone() for p in target.parameters()]
+    with torch.no_grad():
+        for p in source.parameters():
+            p.add_(1.0)
+        source[1].running_mean.fill_(2.0)
+    momentum_update(target, source, momentum=0.9)
+    for t, b, s in zip(target.parameters(), before, source.parameters()):
+        torch.testing.assert_close(t, 0.9 * b + 0.1 * s.detach())
+    assert torch.equal(target[1].running_mean, source[1].running_mean)
+    momentum_update(target, source, momentum=0.0)
+    for t, s in zip(target.parameters(), source.parameters()):
+        torch.testing.assert_close(t, s.detach())
+    frozen = [p.clone() for p in target.parameters()]
+    with torch.no_grad():
+        source[0].weight.mul_(3)
+    momentum_update(target, source, momentum=1.0)
+    assert all(torch.equal(a, b) for a, b in zip(frozen, target.parameters()))
+
+
+def test_embedding_drift():
+    a = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
+    b = torch.tensor([[3.0, 4.0], [0.0, 1.0]])
+    torch.testing.assert_close(embedding_drift(a, b), torch.tensor([0.0, math.sqrt(2.0)]))
+    torch.testing.assert_close(embedding_drift(b, b), torch.zeros(2))
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: CrossBatchMemory(0, 2), "size must be >= 1"),
+        (lambda: CrossBatchMemory(2, 0), "dim must be >= 1"),
+        (lambda: CrossBatchMemory(2, 2, dtype=torch.int64), "dtype must be a floating"),
+        (
+            lambda: CrossBatchMemory(2, 2).enqueue(
+                torch.zeros(1, 3), torch.zeros(1, dtype=torch.int64)
+            ),
+            "embeddings must have shape",
+        ),
+        (
+            lambda: CrossBatchMemory(2, 2).enqueue(torch.zeros(2, 2), torch.zeros(2)),
+            "ids must be an integer tensor",
+        ),
+        (
+            lambda: CrossBatchMemory(2, 2).enqueue(
+                torch.zeros(2, 2), torch.zeros(3, dtype=torch.int64)
+            ),
+            "number of rows n must agree",
+        ),
+        (
+            lambda: CrossBatchMemory(2, 2).candidates_for(
+                torch.zeros(2, 2), torch.zeros(3, dtype=torch.int64)
+            ),
+            "batch size B must agree",
+        ),
+        (
+            lambda: CrossBatchMemory(2, 2).candidates_for(
+                torch.zeros(1, 2),
+                torch.zeros(1, dtype=torch.int64),
+                item_probabilities=torch.full((3,), 2.0),
+            ),
+            "item_probabilities must lie in",
+        ),
+        (
+            lambda: momentum_update(nn.Linear(2, 2), nn.Linear(2, 2), momentum=1.5),
+            "momentum must be in",
+        ),
+        (
+            lambda: momentum_update(nn.Linear(2, 2), nn.Linear(3, 2), momentum=0.5),
+            "same parameters",
+        ),
+        (lambda: make_momentum_encoder(lambda x: x), "encoder must be an nn.Module"),
+        (lambda: embedding_drift(torch.zeros(2, 2), torch.zeros(3, 2)), "same shape"),
+    ],
+)
+def test_bad_arguments_name_themselves(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
