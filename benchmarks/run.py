@@ -10,6 +10,13 @@ Benchmarks (the book's "Benchmarks" appendix explains each one):
                MovieLens-100K (examples per second);
 ``validation`` one training step (sampled softmax; mixed negatives) with the package's
                value checks on vs off (``candidate_sampling.validate_args``);
+``floor``      each package loss (sampled softmax, NCE, in-batch, mixed, InfoNCE, NT-Xent)
+               against the least plain-torch code for the same loss and gradients: step
+               time with value checks off and on, and peak memory;
+``negatives``  more negatives than a batch holds: GradCache vs full-batch peak memory and
+               step time, a 65,536-entry queue vs in-batch, 2 gloo ranks vs 1;
+``mining``     faiss HNSW / IVF / IndexFlatIP vs exact ``torch.topk`` for top-100 mining:
+               queries/s, recall@100, index build time and memory (--quick: 10^5);
 ``book``       execution time of every chapter (skipped by ``--quick`` unless named in
                ``--only``).
 
@@ -34,7 +41,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-BENCHMARKS = ("catalogue", "samplers", "pipeline", "validation", "book")
+BENCHMARKS = (
+    "catalogue",
+    "samplers",
+    "pipeline",
+    "validation",
+    "floor",
+    "negatives",
+    "mining",
+    "book",
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -83,7 +99,16 @@ def main(argv: list[str] | None = None) -> dict:
 
     warnings.filterwarnings("ignore", category=UserWarning)
 
-    from benchmarks import book, catalogue, pipeline, samplers, validation
+    from benchmarks import (
+        book,
+        catalogue,
+        floor,
+        mining,
+        negatives,
+        pipeline,
+        samplers,
+        validation,
+    )
     from benchmarks.common import (
         fmt_ratio,
         load_average,
@@ -111,6 +136,9 @@ def main(argv: list[str] | None = None) -> dict:
         "samplers": samplers,
         "pipeline": pipeline,
         "validation": validation,
+        "floor": floor,
+        "negatives": negatives,
+        "mining": mining,
         "book": book,
     }
     # a run of a subset (--only) keeps the other benchmarks' entries of an earlier run

@@ -146,7 +146,7 @@ def run(out: Path, *, quick: bool, num_items: int | None = None) -> dict[str, An
             for r in rows
         ],
         [
-            ("step", f"training step (|V| = {size_label(v)}, B = 512, d = 128)"),
+            ("step", f"training step (\\|V\\| = {size_label(v)}, B = 512, d = 128)"),
             ("checks", "value checks"),
             ("median", "median step"),
             ("min", "fastest step"),

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks import catalogue, pipeline, run, samplers, validation
+from benchmarks import catalogue, floor, pipeline, run, samplers, validation
 from benchmarks.common import markdown_table, peak_tensor_bytes, print_ratio, size_label
 
 # torch's sparse Adagrad path warns that sparse invariant checks are off; not our concern here
@@ -237,3 +237,84 @@ def test_pipeline_package_trains_on_synthetic_clicks():
     result = pipeline.run_package(seqs, num_items, plan, torch.device("cpu"), repeats=1)
     assert result["examples"] == pipeline.BATCH
     assert math.isfinite(result["last_loss"]) and result["examples_per_s"] > 0
+
+
+# --------------------------------------------------------------------------- the floor benchmark
+
+
+def _tiny_floor_cases():
+    cpu = torch.device("cpu")
+    return [
+        floor.sampled_case(
+            "sampled_softmax", num_items=400, batch=16, dim=8, num_samples=64, device=cpu
+        ),
+        floor.sampled_case("nce", num_items=400, batch=16, dim=8, num_samples=64, device=cpu),
+        floor.in_batch_case(batch=48, dim=8, num_items=100, device=cpu),
+        floor.in_batch_case(batch=48, num_extra=32, dim=8, num_items=100, device=cpu),
+        floor.info_nce_case(batch=24, dim=8, device=cpu),
+        floor.nt_xent_case(n=24, dim=8, device=cpu),
+    ]
+
+
+def test_floor_cases_cover_every_loss_of_the_issue():
+    assert [c.name for c in _tiny_floor_cases()] == list(floor.CASES)
+    assert list(floor.case_builders(True, torch.device("cpu"))) == list(floor.CASES)
+
+
+@pytest.mark.parametrize("index", range(len(floor.CASES)))
+def test_floors_agree_with_the_package_losses(index):
+    """Each plain-torch floor computes the package's loss and gradients (small shapes)."""
+    case = _tiny_floor_cases()[index]
+    worst = floor.check_case(case)
+    assert worst["loss_abs_diff"] < 1e-4 and worst["grad_max_abs_diff"] < 1e-4
+
+
+def test_a_floor_that_forgets_a_step_is_caught():
+    """The agreement check has teeth: no log Q correction, or no hit mask, fails it."""
+    import torch.nn.functional as F
+
+    cpu = torch.device("cpu")
+    case = floor.sampled_case(
+        "sampled_softmax", num_items=50, batch=16, dim=8, num_samples=40, device=cpu
+    )
+    right = case.floor
+    case.floor = lambda i: right(i) + 1e-3
+    with pytest.raises(AssertionError):
+        floor.check_case(case)
+    case = floor.in_batch_case(batch=48, dim=8, num_items=20, device=cpu)  # many duplicates
+    query, candidates = case.leaves
+    case.floor = lambda i: F.cross_entropy(query @ candidates.T / 0.05, torch.arange(48))
+    with pytest.raises(AssertionError):
+        floor.check_case(case)
+
+
+def test_floor_run_writes_ratios_targets_and_tables(tmp_path, monkeypatch, capsys):
+    """``run.py --quick --only floor`` on tiny shapes: files, printed ratios, no timing asserts."""
+    tiny = {c.name: (lambda c=c: c) for c in _tiny_floor_cases()}
+    monkeypatch.setattr(floor, "case_builders", lambda quick, device: tiny)
+    monkeypatch.setattr(floor, "ROUNDS", {True: (5, 5, 0.0), False: (5, 5, 0.0)})
+    summary = run.main(["--quick", "--only", "floor", "--out", str(tmp_path)])
+    assert summary["failures"] == []
+    printed = capsys.readouterr().out
+    data = json.loads((tmp_path / "floor.json").read_text())
+    assert data["benchmark"] == "floor" and len(data["rows"]) == len(floor.CASES)
+    for row in data["rows"]:
+        for key in (
+            f"{row['name']}_vs_floor_time@{row['size']}",
+            f"{row['name']}_vs_floor_time@{row['size']},checks_on",
+        ):
+            assert f"ratio {key}: " in printed
+            assert math.isfinite(summary["ratios"][key]) and summary["ratios"][key] > 0
+        assert set(row["times"]) == set(floor.CONTENDERS)
+        assert all(t["n"] >= 5 for t in row["times"].values())
+    assert {t["target"] for t in data["targets"]} <= {"≤ 1.10×", "≤ 1.25×"}
+    text = (tmp_path / "floor.md").read_text()
+    assert "plain-torch floor" in text and "Targets:" in text
+
+
+def test_floor_profile_table_lists_operators():
+    case = _tiny_floor_cases()[0]
+    table = floor.profile_case(case, steps=1, rows=5)
+    assert 0 < len(table) <= 5
+    assert all({"op", "floor_s", "package_s", "diff_s"} <= set(r) for r in table)
+    assert floor.profile_markdown(table).startswith("| operator")

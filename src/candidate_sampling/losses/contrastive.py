@@ -172,7 +172,7 @@ def info_nce_loss(
         scores = pairwise_cosine_similarity(query, key)
     else:
         scores = query @ key.T
-    logits = correct_logits(scores, temperature=temperature)
+    logits = correct_logits(scores, temperature=temperature, inplace=True)  # scores: ours
     diagonal = torch.arange(logits.shape[0], device=logits.device)
     per_row = positive_column_cross_entropy(logits, diagonal)
     if symmetric:
@@ -205,8 +205,9 @@ def nt_xent_loss(
     n = view1.shape[0]
     dtype = common_float_dtype(view1=view1, view2=view2)
     z = torch.cat([view1.to(dtype), view2.to(dtype)], dim=0)
-    logits = correct_logits(pairwise_cosine_similarity(z), temperature=temperature)
-    logits = mask_logits(logits, _eye(2 * n, z.device))
+    logits = correct_logits(pairwise_cosine_similarity(z), temperature=temperature, inplace=True)
+    # the self-pairs are the diagonal: masked in place, without a (2N, 2N) mask
+    logits = logits.fill_diagonal_(mask_value(logits.dtype))
     rows = torch.arange(2 * n, device=z.device)
     per_view = positive_column_cross_entropy(logits, (rows + n) % (2 * n))
     return reduce_loss(per_view, reduction)

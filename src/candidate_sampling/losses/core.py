@@ -24,6 +24,10 @@ reader can call each step alone. Conventions (also on the book's notation page):
   inputs are upcast *before* the score matmul and the division by τ, so neither can
   overflow; the loss is returned in float32 for half inputs (as ``info_nce_loss`` always
   did). Mixed float dtypes are promoted (``torch.promote_types``).
+* **Copies.** A step called alone never modifies its input. Inside a loss, the (B, C)
+  score matrix is the loss's own fresh tensor, so the correction and the mask are written
+  into it (``inplace=True``): the matrix exists once, not once per step, and a loss costs
+  what the plain-torch expression of it costs (``benchmarks/floor.py``).
 * **Reduction** is ``"mean"`` over rows (examples) by default; ``"sum"`` and ``"none"``
   are available. Rows without a positive (SupCon, soft nearest neighbour) are passed as
   ``valid=False`` to :func:`reduce_loss`: 0 in ``"none"``, left out of ``"mean"``.
@@ -33,6 +37,7 @@ reader can call each step alone. Conventions (also on the book's notation page):
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from candidate_sampling._validate import (
@@ -77,22 +82,33 @@ def correct_logits(
     log_q: torch.Tensor | None = None,
     *,
     temperature: float | torch.Tensor = 1.0,
+    inplace: bool = False,
 ) -> torch.Tensor:
     """``scores / temperature - log_q`` (the logQ correction; ``log_q`` broadcast to scores).
 
     ``scores``: (..., C) raw scores s(x, y), half precision is upcast to float32;
     ``log_q``: broadcastable to ``scores``, e.g. (C,) for candidates shared by the batch
     or (B, C) per row, the log expected count; it gets no gradient (detached).
+    ``inplace=True`` writes the logits into ``scores`` (as ``torch.nn.functional``'s
+    ``inplace`` options do) and saves a (B, C) copy; only for a ``scores`` tensor the
+    caller owns and nothing saved for backward, e.g. the fresh output of the score
+    matmul, which is how the package's losses use it.
     """
     check_positive("temperature", temperature)
-    scores = upcast(scores)
+    work = upcast(scores)
+    owned = inplace or work is not scores  # an upcast is a fresh tensor of our own
     if isinstance(temperature, torch.Tensor):
-        temperature = upcast(temperature)
-        logits = scores / temperature
+        logits, owned = work / upcast(temperature), True  # its gradient needs the scores
+    elif temperature != 1.0:
+        logits, owned = (work.div_(temperature) if owned else work / temperature), True
     else:
-        logits = scores / temperature if temperature != 1.0 else scores
+        logits = work
     if log_q is not None:
-        logits = logits - log_q.detach().to(logits.dtype)
+        log_q = log_q.detach().to(logits.dtype)
+        if owned and torch.broadcast_shapes(logits.shape, log_q.shape) == logits.shape:
+            logits = logits.sub_(log_q)
+        else:
+            logits = logits - log_q
     return logits
 
 
@@ -138,19 +154,28 @@ def accidental_hits(
         hits = hits.expand(batch, -1)
     if positive_columns is not None:
         check_tensor("positive_columns", positive_columns, (batch,), floating=False)
-        hits = hits.clone()
+        if hits.stride(0) == 0:  # the expanded view above: give it rows of its own
+            hits = hits.contiguous()
         rows = torch.arange(batch, device=hits.device)
         hits[rows, positive_columns.to(hits.device)] = False
     return hits
 
 
-def mask_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Replace ``logits`` where ``mask`` is True by :func:`mask_value` (finite, zero gradient)."""
+def mask_logits(
+    logits: torch.Tensor, mask: torch.Tensor | None, *, inplace: bool = False
+) -> torch.Tensor:
+    """Replace ``logits`` where ``mask`` is True by :func:`mask_value` (finite, zero gradient).
+
+    ``inplace=True`` overwrites ``logits`` (a tensor the caller owns, as in
+    :func:`correct_logits`) instead of returning a masked copy.
+    """
     if mask is None:
         return logits
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
         raise ValueError(f"mask must be a bool tensor, got {got}")
+    if inplace:
+        return logits.masked_fill_(mask, mask_value(logits.dtype))
     return logits.masked_fill(mask, mask_value(logits.dtype))
 
 
@@ -168,14 +193,16 @@ def positive_column_cross_entropy(
     check_tensor("logits", logits, ("B", "C"), floating=True)
     batch, num_cols = logits.shape
     work = upcast(logits)
-    lse = torch.logsumexp(work, dim=1)
+    # one column per row: F.cross_entropy (log-softmax + pick), fewer (B, C) passes than
+    # logsumexp minus a gather, forward and backward
     if isinstance(positive_columns, int) and not isinstance(positive_columns, bool):
         if not 0 <= positive_columns < num_cols:
             raise ValueError(
                 f"positive_columns must lie in [0, {num_cols}) (logits has {num_cols} "
                 f"columns), got {positive_columns}"
             )
-        return lse - work[:, positive_columns]
+        target = torch.full((batch,), positive_columns, dtype=torch.long, device=work.device)
+        return F.cross_entropy(work, target, reduction="none")
     if not isinstance(positive_columns, torch.Tensor) or positive_columns.dim() not in (1, 2):
         raise ValueError("positive_columns must be an int or an integer tensor (B,) or (B, T)")
     if positive_columns.is_floating_point() or positive_columns.dtype == torch.bool:
@@ -196,8 +223,8 @@ def positive_column_cross_entropy(
             )
     cols = positive_columns.to(work.device).long()
     if cols.dim() == 1:
-        return lse - work.gather(1, cols[:, None]).squeeze(1)
-    return lse - work.gather(1, cols).mean(1)
+        return F.cross_entropy(work, cols, reduction="none")
+    return torch.logsumexp(work, dim=1) - work.gather(1, cols).mean(1)
 
 
 def reduce_loss(

@@ -95,9 +95,10 @@ def in_batch_logits(
     if remove_accidental_hits is None:
         remove_accidental_hits = candidate_ids is not None
     dtype = common_float_dtype(query=query, candidates=candidates)
-    scores = query.to(dtype) @ candidates.to(dtype).T  # (B, C)
+    scores = query.to(dtype) @ candidates.to(dtype).T  # (B, C), a fresh tensor of our own
+    # corrected and masked in place: the (B, C) matrix exists once, not once per step
     logits = correct_logits(
-        scores, None if log_q is None else log_q[None, :], temperature=temperature
+        scores, None if log_q is None else log_q[None, :], temperature=temperature, inplace=True
     )
     if remove_accidental_hits:
         if candidate_ids is None:
@@ -108,7 +109,7 @@ def in_batch_logits(
             positive_ids = candidate_ids[:batch]
         columns = torch.arange(batch, device=positive_ids.device)
         hits = accidental_hits(positive_ids, candidate_ids, positive_columns=columns)
-        logits = mask_logits(logits, hits.to(logits.device))
+        logits = mask_logits(logits, hits.to(logits.device), inplace=True)
     return logits
 
 

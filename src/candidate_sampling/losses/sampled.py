@@ -262,13 +262,58 @@ def sampled_softmax_from_scores(
     (B, k); ``mask``: (B, k) bool, True = remove. Mixed dtypes are promoted, half inputs
     computed in float32. Reduction: mean over rows.
     """
+    return _sampled_softmax(
+        positive_scores,
+        negative_scores,
+        positive_log_q=positive_log_q,
+        negative_log_q=negative_log_q,
+        mask=mask,
+        temperature=temperature,
+        reduction=reduction,
+        owns_scores=False,
+    )
+
+
+def _negative_logits(
+    negative_scores: torch.Tensor,
+    dtype: torch.dtype,
+    negative_log_q: torch.Tensor | None,
+    temperature: float | torch.Tensor,
+    owns_scores: bool,
+) -> tuple[torch.Tensor, bool]:
+    """Corrected (B, k) negative logits, and whether they are a tensor of our own.
+
+    ``owns_scores``: ``negative_scores`` is the loss's own fresh score matrix (the
+    embedding-level losses), so the correction may be written into it; otherwise it is
+    the caller's and is left untouched. A tensor this function creates (a dtype copy, the
+    corrected logits) is ours either way, so the mask can be written into it in place:
+    no (B, k) copy is made that the loss does not need.
+    """
+    scores = negative_scores.to(dtype)
+    owned = owns_scores or scores is not negative_scores
+    neg = correct_logits(scores, negative_log_q, temperature=temperature, inplace=owned)
+    return neg, owned or neg is not scores
+
+
+def _sampled_softmax(
+    positive_scores: torch.Tensor,
+    negative_scores: torch.Tensor,
+    *,
+    positive_log_q: torch.Tensor | None,
+    negative_log_q: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    temperature: float | torch.Tensor,
+    reduction: str,
+    owns_scores: bool,
+) -> torch.Tensor:
+    """The body of :func:`sampled_softmax_from_scores`; see :func:`_negative_logits`."""
     _check_scores_and_corrections(
         positive_scores, negative_scores, positive_log_q, negative_log_q, mask
     )
     dtype = common_float_dtype(positive_scores=positive_scores, negative_scores=negative_scores)
     pos = _positive_logits(positive_scores.to(dtype), positive_log_q, temperature)
-    neg = correct_logits(negative_scores.to(dtype), negative_log_q, temperature=temperature)
-    neg = mask_logits(neg, mask)
+    neg, owned = _negative_logits(negative_scores, dtype, negative_log_q, temperature, owns_scores)
+    neg = mask_logits(neg, mask, inplace=owned)
     logits = torch.cat([pos, neg], dim=1)
     num_true = pos.shape[1]
     if num_true == 1:
@@ -380,9 +425,11 @@ def sampled_scores(
         )
     dtype = common_float_dtype(query=query, classes=rows, class_bias=class_bias)
     q, rows = query.to(dtype), rows.to(dtype)
-    pos_rows = rows[:n_pos].reshape(*positive_ids.shape, -1)
+    # split, not two slices: its backward concatenates the two gradients into one buffer
+    pos_rows, neg_rows = rows.split([n_pos, rows.shape[0] - n_pos])
+    pos_rows = pos_rows.reshape(*positive_ids.shape, -1)
     pos = (q[:, None, :] * pos_rows).sum(-1) if positive_ids.dim() == 2 else (q * pos_rows).sum(-1)
-    neg = q @ rows[n_pos:].T
+    neg = q @ neg_rows.T
     if class_bias is not None:
         bias = class_bias[all_ids].to(dtype)
         pos = pos + bias[:n_pos].reshape(positive_ids.shape)
@@ -466,7 +513,10 @@ def sampled_softmax_loss(
         subtract_log_q,
         sparse,
     )
-    return sampled_softmax_from_scores(**inputs, temperature=temperature, reduction=reduction)
+    # the (B, k) scores are this call's own: corrected and masked in place
+    return _sampled_softmax(
+        **inputs, temperature=temperature, reduction=reduction, owns_scores=True
+    )
 
 
 # --------------------------------------------------------------------------- NCE family
@@ -502,17 +552,41 @@ def nce_from_scores(
     Shapes as in :func:`sampled_softmax_from_scores`. Computed in at least float32.
     Reduction: mean over rows of the per-row sum.
     """
+    return _nce(
+        positive_scores,
+        negative_scores,
+        positive_log_q=positive_log_q,
+        negative_log_q=negative_log_q,
+        mask=mask,
+        temperature=temperature,
+        reduction=reduction,
+        owns_scores=False,
+    )
+
+
+def _nce(
+    positive_scores: torch.Tensor,
+    negative_scores: torch.Tensor,
+    *,
+    positive_log_q: torch.Tensor | None,
+    negative_log_q: torch.Tensor | None,
+    mask: torch.Tensor | None,
+    temperature: float | torch.Tensor,
+    reduction: str,
+    owns_scores: bool,
+) -> torch.Tensor:
+    """The body of :func:`nce_from_scores`; see :func:`_negative_logits`."""
     _check_scores_and_corrections(
         positive_scores, negative_scores, positive_log_q, negative_log_q, mask
     )
     dtype = common_float_dtype(positive_scores=positive_scores, negative_scores=negative_scores)
     pos = _positive_logits(positive_scores.to(dtype), positive_log_q, temperature)
-    neg = correct_logits(negative_scores.to(dtype), negative_log_q, temperature=temperature)
-    if mask is not None:
-        neg = torch.where(mask, torch.zeros_like(neg), neg)
+    neg, owned = _negative_logits(negative_scores, dtype, negative_log_q, temperature, owns_scores)
+    if mask is not None:  # a finite 0 first, so that no ±inf enters the softplus
+        neg = neg.masked_fill_(mask, 0.0) if owned else neg.masked_fill(mask, 0.0)
     neg_terms = F.softplus(neg)
-    if mask is not None:
-        neg_terms = neg_terms.masked_fill(mask, 0.0)
+    if mask is not None:  # softplus keeps its input for backward, not its output
+        neg_terms = neg_terms.masked_fill_(mask, 0.0)
     num_true = pos.shape[1]
     if num_true == 1:
         pos_terms = F.softplus(-pos[:, 0])
@@ -555,7 +629,8 @@ def nce_loss(
         subtract_log_q,
         sparse,
     )
-    return nce_from_scores(**inputs, temperature=temperature, reduction=reduction)
+    # the (B, k) scores are this call's own: corrected and masked in place
+    return _nce(**inputs, temperature=temperature, reduction=reduction, owns_scores=True)
 
 
 def negative_sampling_loss(
