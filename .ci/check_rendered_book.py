@@ -4,21 +4,40 @@ A page fails when
   * an equation is left as raw TeX, or MathJax reports an error, or MathJax was not loaded
     from the book itself (the build must typeset math offline);
   * an image does not load;
-  * a cell output is a traceback.
+  * a cell output is a traceback;
+  * a chapter page (under notebooks/) has fewer than 3 exercises, a solution that is not a
+    collapsed dropdown (hidden until its title is clicked, shown after), or a solution
+    without code; or lacks its .ipynb download or its Colab button for the repository
+    URL and branch in _config.yml;
+  * a prose page (under book/) lacks its .md download; a Colab button opens anything but
+    an .ipynb;
+  * the execution-status page has no execution table with a row per chapter, a failed
+    status, or no table of the machine the build ran on;
+  * the intro page has no BibTeX block with the version and URL of CITATION.cff.
 Usage: python .ci/check_rendered_book.py _build/html [--screenshot DIR]
-Needs Debian's chromium and chromium-driver and the PyPI package selenium.
+Needs Debian's chromium and chromium-driver and the PyPI packages selenium and PyYAML.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import tempfile
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
+import yaml
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+
+ROOT = Path(__file__).resolve().parents[1]
+MIN_EXERCISES = 3
+# Pages under notebooks/ allowed to have no exercises (none: every chapter has them).
+NO_EXERCISES: set[str] = set()
+STATUS_PAGE = "book/execution_status.html"
+INTRO_PAGE = "book/intro.html"
 
 # Runs in the page after MathJax has finished; returns a list of problems found.
 PAGE_CHECK = r"""
@@ -66,11 +85,144 @@ if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
 """
 
 
+# Runs after PAGE_CHECK; reports what the book-level checks need, clicking every solution
+# open to see that it is collapsed before the click and shown after it.
+BOOK_CHECK = r"""
+const done = arguments[arguments.length - 1];
+const shown = el => getComputedStyle(el).visibility !== 'hidden'
+  && getComputedStyle(el).display !== 'none';
+const body = adm => [...adm.children].filter(c => !c.classList.contains('admonition-title'));
+const solutions = [...document.querySelectorAll('.admonition.solution')];
+const report = {
+  exercises: [...document.querySelectorAll('.admonition.exercise')].map(e => e.id),
+  solutions: solutions.map(sol => ({
+    id: sol.id,
+    dropdown: sol.classList.contains('dropdown'),
+    toggleHidden: sol.classList.contains('toggle-hidden'),
+    hiddenBefore: body(sol).length > 0 && body(sol).every(c => !shown(c)),
+    hasCode: !!sol.querySelector('.cell_input, div.highlight, pre'),
+  })),
+  downloads: [...document.querySelectorAll('.dropdown-download-buttons a')]
+    .map(a => ({text: a.textContent.trim(), href: a.href})),
+  colab: [...document.querySelectorAll('a[href*="colab.research.google.com"]')]
+    .map(a => a.href),
+  bibtex: [...document.querySelectorAll('div.highlight-bibtex pre')].map(p => p.textContent),
+  tables: [...document.querySelectorAll('main table, article table')].map(t => ({
+    head: [...t.querySelectorAll('thead th, thead td')].map(c => c.textContent.trim()),
+    rows: [...t.querySelectorAll('tbody tr')]
+      .map(r => [...r.children].map(c => c.textContent.trim())),
+  })),
+};
+for (const sol of solutions) {
+  const title = sol.querySelector('.admonition-title');
+  if (title) title.click();
+}
+setTimeout(() => {
+  solutions.forEach((sol, i) => {
+    report.solutions[i].shownAfterClick = !sol.classList.contains('toggle-hidden')
+      && body(sol).length > 0 && body(sol).every(shown);
+  });
+  done(report);
+}, 200);
+"""
+
+
+def _local_file(href: str) -> Path | None:
+    url = urlparse(href)
+    return Path(unquote(url.path)) if url.scheme == "file" else None
+
+
+def book_problems(name: str, report: dict, config: dict, version: str) -> list[str]:
+    """The checks of issue 14 for one page; `name` is its path inside the build."""
+    problems = []
+    repository = config["repository"]
+    colab = config["launch_buttons"]["colab_url"].rstrip("/")
+    downloads = {d["text"]: d["href"] for d in report["downloads"]}
+    for href in downloads.values():
+        path = _local_file(href)
+        if path is not None and not path.is_file():
+            problems.append(f"download link to a missing file: {href}")
+    for href in report["colab"]:
+        if not href.endswith(".ipynb"):
+            problems.append(f"Colab button opens a file Colab cannot read: {href}")
+    if name.startswith("notebooks/"):
+        stem = Path(name).stem
+        if ".ipynb" not in downloads:
+            problems.append("no .ipynb download button")
+        org_repo = repository["url"].rstrip("/").split("github.com/")[-1]
+        expected = f"{colab}/github/{org_repo}/blob/{repository['branch']}/notebooks/{stem}.ipynb"
+        if expected not in report["colab"]:
+            problems.append(f"no Colab button for {expected} (found {report['colab']})")
+        if stem not in NO_EXERCISES and len(report["exercises"]) < MIN_EXERCISES:
+            problems.append(f"{len(report['exercises'])} exercises, expected >= {MIN_EXERCISES}")
+        if len(report["solutions"]) < len(report["exercises"]):
+            problems.append(f"{len(report['exercises'])} exercises but "
+                            f"{len(report['solutions'])} solutions")
+        for sol in report["solutions"]:
+            what = f"solution {sol['id'] or '?'}"
+            if not sol["dropdown"]:
+                problems.append(f"{what} is not a dropdown")
+            if not (sol["toggleHidden"] and sol["hiddenBefore"]):
+                problems.append(f"{what} is not collapsed when the page opens")
+            if not sol["shownAfterClick"]:
+                problems.append(f"{what} does not open when its title is clicked")
+            if not sol["hasCode"]:
+                problems.append(f"{what} shows no code")
+    elif name.startswith("book/") and ".md" not in downloads:
+        problems.append("no .md download button")
+    if name == STATUS_PAGE:
+        problems += status_problems(report)
+    if name == INTRO_PAGE:
+        blocks = [b for b in report["bibtex"] if re.search(r"@\w+\{", b)]
+        if len(blocks) != 1:
+            problems.append(f"expected one BibTeX block (How to cite), found {len(blocks)}")
+        else:
+            fields = dict(re.findall(r"^\s*(\w+)\s*=\s*\{(.*)\},?\s*$", blocks[0], re.MULTILINE))
+            if fields.get("version") != version:
+                problems.append(f"BibTeX version {fields.get('version')} != {version}")
+            if fields.get("url") != repository["url"]:
+                problems.append(f"BibTeX url {fields.get('url')} != {repository['url']}")
+    return problems
+
+
+def status_problems(report: dict) -> list[str]:
+    """The execution table: a row per chapter built, every status a success."""
+    problems = []
+    tables = [t for t in report["tables"] if "Status" in t["head"] and "Document" in t["head"]]
+    if len(tables) != 1:
+        return [f"expected one execution table (nb-exec-table), found {len(tables)}"]
+    head, rows = tables[0]["head"], tables[0]["rows"]
+    document, status = head.index("Document"), head.index("Status")
+    listed = {row[document]: row[status] for row in rows}
+    chapters = report["chapters"]
+    if not chapters:
+        problems.append("no chapter pages in the build")
+    for chapter in chapters:
+        if chapter not in listed:
+            problems.append(f"execution table has no row for {chapter}")
+    for doc, state in listed.items():
+        if state != "\u2705":
+            problems.append(f"execution table: {doc} has status {state!r}, not a success")
+    machine = " ".join(" ".join(" ".join(r) for r in t["rows"]) for t in report["tables"])
+    for needed in ("Python", "PyTorch", "candidate_sampling", "device"):
+        if needed not in machine:
+            problems.append(f"the table of the machine lacks {needed}")
+    return problems
+
+
+def is_redirect(page: Path) -> bool:
+    """Jupyter Book's index.html only forwards to the root page, which is checked itself;
+    opening it races the redirect."""
+    head = page.read_text(encoding="utf-8", errors="replace")[:500].lower()
+    return 'http-equiv="refresh"' in head and "<body" not in head
+
+
 def pages_of(build: Path) -> list[Path]:
     skip = {"genindex.html", "search.html", "py-modindex.html"}
     return sorted(
         p for p in build.rglob("*.html")
         if p.name not in skip and "_static" not in p.parts and "_sources" not in p.parts
+        and not is_redirect(p)
     )
 
 
@@ -99,16 +251,28 @@ def main() -> int:
     if not pages:
         print(f"no HTML pages under {args.build}: build the book first")
         return 1
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    version = str(yaml.safe_load((ROOT / "CITATION.cff").read_text())["version"])
+    names = [page.relative_to(args.build).as_posix() for page in pages]
+    chapters = sorted(n[: -len(".html")] for n in names if n.startswith("notebooks/"))
+    seen = {"status": False, "intro": False, "exercises": 0}
     driver = make_driver()
     failures, total_math = 0, 0
     try:
-        for page in pages:
+        for page, name in zip(pages, names):
             driver.get(page.resolve().as_uri())
             report = driver.execute_async_script(PAGE_CHECK)
+            book = driver.execute_async_script(BOOK_CHECK)
+            book["chapters"] = chapters
+            report["problems"] += book_problems(name, book, config, version)
+            seen["status"] |= name == STATUS_PAGE
+            seen["intro"] |= name == INTRO_PAGE
+            seen["exercises"] += len(book["exercises"])
             total_math += report["math"]
             status = "FAIL" if report["problems"] else "ok"
-            print(f"{status:4} {page.relative_to(args.build)}: {report['math']} math, "
-                  f"{report['typeset']} typeset, {report['images']} images")
+            print(f"{status:4} {name}: {report['math']} math, "
+                  f"{report['typeset']} typeset, {report['images']} images, "
+                  f"{len(book['exercises'])} exercises, {len(book['solutions'])} solutions")
             for problem in report["problems"][:20]:
                 print(f"       - {problem}")
             failures += bool(report["problems"])
@@ -119,6 +283,13 @@ def main() -> int:
         driver.quit()
     if total_math == 0:
         print("no math found on any page: the check would pass vacuously")
+        return 1
+    for key, page in (("status", STATUS_PAGE), ("intro", INTRO_PAGE)):
+        if not seen[key]:
+            print(f"{page} is not in the build")
+            failures += 1
+    if not seen["exercises"]:
+        print("no exercises found on any page: the check would pass vacuously")
         return 1
     print(f"{len(pages)} pages checked, {failures} with problems")
     return 1 if failures else 0

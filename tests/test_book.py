@@ -1,13 +1,26 @@
-"""The book's own consistency: table of contents, Colab cells, stored notebooks."""
+"""The book's own consistency: table of contents, Colab cells, exercises, citation.
 
+Run as a script to rewrite every chapter's Colab install cell from _config.yml (after
+changing the repository URL or branch in a fork):
+
+    python tests/test_book.py --sync-colab
+"""
+
+import ast
 import json
 import re
+import sys
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+# Chapter notebooks: every notebook except companion files named 09b_* (not chapters).
+CHAPTERS = [nb for nb in NOTEBOOKS if not nb.name.startswith("09b")]
+MAX_LINE = 88
+INSTALL_URL = re.compile(r"git\+([^\"'\s]+)")
+LABEL = re.compile(r"^:label:\s*(\S+)", re.MULTILINE)
 
 
 def _config() -> dict:
@@ -22,6 +35,26 @@ def _toc_files() -> list[str]:
     return files
 
 
+def _cells(notebook: Path) -> list[dict]:
+    return json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def _install_url() -> str:
+    """What every chapter's Colab cell must pip-install: git+<url>@<branch>."""
+    repository = _config()["repository"]
+    return f"{repository['url']}@{repository['branch']}"
+
+
+def _package_version() -> str:
+    import candidate_sampling
+
+    return candidate_sampling.__version__
+
+
 def test_every_notebook_is_in_the_table_of_contents():
     listed = set(_toc_files())
     for notebook in NOTEBOOKS:
@@ -33,25 +66,59 @@ def test_every_toc_entry_exists():
         assert any((ROOT / f"{entry}{ext}").exists() for ext in (".md", ".ipynb")), entry
 
 
-def test_colab_cell_points_at_the_configured_repository():
-    url = _config()["repository"]["url"]
-    assert NOTEBOOKS, "no notebooks found"
-    for notebook in NOTEBOOKS:
-        cells = json.loads(notebook.read_text())["cells"]
-        first = cells[0]
-        source = "".join(first["source"])
+def test_colab_cell_installs_from_the_configured_repository_and_branch():
+    """The hidden first cell of every chapter installs git+<url>@<branch> of _config.yml,
+    the same repository and branch the Colab launch button opens the notebook from."""
+    expected = _install_url()
+    assert CHAPTERS, "no notebooks found"
+    wrong = []
+    for notebook in CHAPTERS:
+        first = _cells(notebook)[0]
+        source = _source(first)
         assert "google.colab" in source, f"{notebook.name}: first cell is not the Colab installer"
         assert "remove-cell" in first.get("metadata", {}).get("tags", []), notebook.name
-        urls = re.findall(r"git\+(https://[^\"'\s]+)", source)
-        assert urls == [url], f"{notebook.name} installs from {urls}, _config.yml says {url}"
+        urls = INSTALL_URL.findall(source)
+        if urls != [expected]:
+            wrong.append(f"{notebook.name} installs {urls}")
+    assert not wrong, (
+        f"_config.yml says git+{expected}; " + "; ".join(wrong)
+        + ". Fix with: python tests/test_book.py --sync-colab"
+    )
+
+
+def test_launch_and_download_buttons_are_configured():
+    config = _config()
+    repository = config["repository"]
+    assert repository["url"].startswith("https://github.com/"), "Colab opens GitHub URLs"
+    assert repository["branch"], "the Colab button and install cells need a branch"
+    assert config["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
+    sphinx = config["sphinx"]
+    assert sphinx.get("recursive_update") is True, "html_theme_options would be replaced"
+    assert sphinx["config"]["html_copy_source"] is True      # the files behind downloads
+    assert sphinx["config"]["html_theme_options"]["use_download_button"] is True
+
+
+def test_code_lines_fit_in_88_columns():
+    """Every line of every code cell, magics and comments included, so no cell scrolls."""
+    long_lines = []
+    for notebook in NOTEBOOKS:
+        for index, cell in enumerate(_cells(notebook)):
+            if cell["cell_type"] != "code":
+                continue
+            for number, line in enumerate(_source(cell).splitlines(), start=1):
+                if len(line) > MAX_LINE:
+                    long_lines.append(
+                        f"{notebook.name}: cell {index}, line {number} ({len(line)} chars): "
+                        f"{line.strip()[:60]}"
+                    )
+    assert not long_lines, f"{len(long_lines)} code lines over {MAX_LINE} characters:\n" + (
+        "\n".join(long_lines)
+    )
 
 
 def test_every_chapter_uses_the_package_device_and_seed():
     for notebook in NOTEBOOKS:
-        code = "\n".join(
-            "".join(c["source"]) for c in json.loads(notebook.read_text())["cells"]
-            if c["cell_type"] == "code"
-        )
+        code = "\n".join(_source(c) for c in _cells(notebook) if c["cell_type"] == "code")
         assert "get_device()" in code, notebook.name
         assert "seed_everything(" in code, notebook.name
         assert "assert " in code, f"{notebook.name} checks none of its claims"
@@ -63,3 +130,168 @@ def test_book_executes_every_chapter_and_uses_offline_math():
     assert config["only_build_toc_files"] is True
     assert {"dollarmath", "amsmath"} <= set(config["parse"]["myst_enable_extensions"])
     assert "offline_mathjax" in config["sphinx"]["local_extensions"]
+
+
+# --------------------------------------------------------------------------- exercises
+
+
+def _python(source: str) -> ast.Module:
+    """Parse a code cell, IPython magics and shell escapes turned into Python first."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return ast.parse(TransformerManager().transform_cell(source))
+
+
+def _ends_in_assert(statements: list[ast.stmt]) -> bool:
+    """The last statement is an assert, or a loop / branch / with-block ending in one."""
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(last, ast.Assert):
+        return True
+    if isinstance(last, (ast.For, ast.While, ast.With, ast.If)):
+        return _ends_in_assert(last.body)
+    return False
+
+
+def _exercises(notebook: Path) -> tuple[list[str], list[str]]:
+    """Labels of the chapter's exercises, and what is wrong with them."""
+    labels, problems = [], []
+    cells = _cells(notebook)
+    solutions: dict[str, list[dict]] = {}
+    open_label = None
+    for index, cell in enumerate(cells):
+        source = _source(cell)
+        where = f"{notebook.name}: cell {index}"
+        if cell["cell_type"] == "markdown" and re.search(r"^`{3,}\{exercise\}", source, re.MULTILINE):
+            found = LABEL.findall(source)
+            if len(found) != 1:
+                problems.append(f"{where}: an exercise needs exactly one :label:")
+            labels += found
+        if cell["cell_type"] == "markdown" and "{solution-start}" in source:
+            match = re.search(r"\{solution-start\}\s+(\S+)", source)
+            if open_label is not None or not match:
+                problems.append(f"{where}: solution-start without a label or nested")
+                continue
+            open_label = match.group(1)
+            solutions[open_label] = []
+            if not re.search(r"^:class:.*\bdropdown\b", source, re.MULTILINE):
+                problems.append(f"{where}: solution of {open_label} is not a dropdown")
+        elif cell["cell_type"] == "markdown" and "{solution-end}" in source:
+            if open_label is None:
+                problems.append(f"{where}: solution-end without solution-start")
+            open_label = None
+        elif open_label is not None and cell["cell_type"] == "code":
+            solutions[open_label].append(cell)
+            if "hide-input" in cell.get("metadata", {}).get("tags", []):
+                problems.append(f"{where}: solution code is tagged hide-input")
+    if open_label is not None:
+        problems.append(f"{notebook.name}: solution of {open_label} is never closed")
+    for label in labels:
+        code_cells = solutions.get(label)
+        if not code_cells:
+            problems.append(f"{notebook.name}: exercise {label} has no solution code")
+        elif not _ends_in_assert(_python(_source(code_cells[-1])).body):
+            problems.append(f"{notebook.name}: the solution of {label} does not end in an assert")
+    for label in set(solutions) - set(labels):
+        problems.append(f"{notebook.name}: solution for an unknown exercise {label}")
+    return labels, problems
+
+
+def test_every_chapter_has_three_to_five_exercises_with_asserted_solutions():
+    """The pattern of the exercises: ex-NN-slug labels, 3-5 per chapter, each solution a
+    collapsed dropdown whose last code cell ends in an assert (so nbval tests it)."""
+    problems, seen = [], {}
+    for notebook in CHAPTERS:
+        labels, found = _exercises(notebook)
+        problems += found
+        chapter = notebook.name[:2]
+        if not 3 <= len(labels) <= 5:
+            problems.append(f"{notebook.name}: {len(labels)} exercises, expected 3 to 5")
+        for label in labels:
+            if not re.fullmatch(rf"ex-{chapter}-[a-z0-9-]+", label):
+                problems.append(f"{notebook.name}: label {label} is not ex-{chapter}-<slug>")
+            if label in seen:
+                problems.append(f"{label} is used by {seen[label]} and {notebook.name}")
+            seen[label] = notebook.name
+    assert not problems, "\n".join(problems)
+
+
+# ------------------------------------------------------------- appendix and citation
+
+
+def test_execution_status_page_is_an_executed_appendix():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    appendix = next(p for p in toc["parts"] if p.get("caption") == "Appendices")
+    files = [chapter["file"] for chapter in appendix["chapters"]]
+    assert "book/execution_status" in files
+    assert files.index("book/execution_status") < files.index("book/bibliography")
+    page = (ROOT / "book" / "execution_status.md").read_text()
+    front_matter = yaml.safe_load(page.split("---")[1])
+    assert front_matter["kernelspec"]["name"] == "python3"    # MyST-NB executes it
+    assert front_matter["jupytext"]["text_representation"]["format_name"] == "myst"
+    assert re.search(r"^```\{nb-exec-table\}", page, re.MULTILINE)
+    code = page.split("```{code-cell}", 1)[1].split("```", 1)[0]
+    for needed in ("platform.python_version()", "torch.__version__",
+                   "candidate_sampling.__version__", "get_device()"):
+        assert needed in code, f"the status page does not show {needed}"
+
+
+def test_citation_version_and_repository_agree_everywhere():
+    """CITATION.cff, the BibTeX block on the intro page, pyproject.toml and the package's
+    __version__ name the same version; both citations name the repository in
+    _config.yml, the book's title and its authors."""
+    config = _config()
+    version = _package_version()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r'^version = "([^"]+)"', pyproject, re.MULTILINE).group(1) == version
+
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["cff-version"] == "1.2.0"
+    assert cff["message"] and cff["type"] == "software"
+    assert str(cff["version"]) == version, f"CITATION.cff {cff['version']} != {version}"
+    assert cff["repository-code"] == config["repository"]["url"]
+    assert cff["title"] == config["title"]
+    assert [author["name"] for author in cff["authors"]] == [config["author"]]
+
+    intro = (ROOT / "book" / "intro.md").read_text()
+    blocks = re.findall(r"^```bibtex\n(.*?)^```", intro, re.DOTALL | re.MULTILINE)
+    assert len(blocks) == 1, "the intro page needs one ```bibtex block (How to cite)"
+    bibtex = blocks[0]
+    fields = dict(re.findall(r"^\s*(\w+)\s*=\s*\{(.*)\},?\s*$", bibtex, re.MULTILINE))
+    assert fields["version"] == version, f"intro BibTeX {fields['version']} != {version}"
+    assert fields["url"] == config["repository"]["url"]
+    assert fields["title"] == config["title"]
+    assert fields["author"] == "{" + config["author"] + "}"
+    # any other mention of a version in the block (a note) must be the same one
+    assert set(re.findall(r"\b\d+\.\d+\.\d+\b", bibtex)) == {version}
+
+
+# --------------------------------------------------------------------------- script
+
+
+def sync_colab_cells() -> list[str]:
+    """Rewrite the git+... URL of every chapter's install cell from _config.yml."""
+    expected = f"git+{_install_url()}"
+    changed = []
+    for notebook in CHAPTERS:
+        text = notebook.read_text(encoding="utf-8")
+        data = json.loads(text)
+        first = data["cells"][0]
+        if "google.colab" not in _source(first):
+            raise SystemExit(f"{notebook.name}: first cell is not the Colab installer")
+        lines = [INSTALL_URL.sub(lambda _: expected, line) for line in first["source"]]
+        if lines != first["source"]:
+            first["source"] = lines
+            notebook.write_text(
+                json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
+            changed.append(notebook.name)
+    return changed
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--sync-colab"]:
+        raise SystemExit(__doc__)
+    updated = sync_colab_cells()
+    print(f"install cells now use git+{_install_url()}; rewrote: {updated or 'none'}")
