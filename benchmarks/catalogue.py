@@ -545,7 +545,12 @@ def v_of(row: dict[str, Any]) -> int:
 
 
 def run(
-    out: Path, *, quick: bool, sizes: list[int] | None = None, max_variant_size: int = 10**6
+    out: Path,
+    *,
+    quick: bool,
+    sizes: list[int] | None = None,
+    max_variant_size: int = 10**6,
+    smoke: bool = False,
 ) -> dict[str, Any]:
     """Run the catalogue benchmark; writes catalogue.json / .md / .png into ``out``.
 
@@ -554,6 +559,8 @@ def run(
     if sizes is None:
         sizes = [10**4, 10**5] if quick else [10**4, 10**5, 10**6, 10**7]
     repeats, min_seconds = (3, 0.3) if quick else (5, 2.0)
+    if smoke:  # every group and method once, at the smallest size (CI)
+        sizes, repeats, min_seconds = [10**3], 1, 0.0
     rows = []
     for cfg, methods in configurations(sizes, repeats=repeats, min_seconds=min_seconds):
         runnable = []

@@ -83,6 +83,8 @@ TIME_TARGET_ON = 1.25
 MEMORY_TARGET = 1.10
 #: quick → (min rounds, max rounds, seconds of timed steps per case, all contenders)
 ROUNDS = {True: (7, 40, 8.0), False: (15, 200, 40.0)}
+#: smoke (CI): one round of each contender per case, small tables and batches
+SMOKE_ROUNDS = (1, 1, 0.0)
 #: the contenders of every case, in their (alternating) timing order
 CONTENDERS = ("floor", "package, checks off", "package, checks on")
 
@@ -343,16 +345,21 @@ def nt_xent_case(
 CASES = ("sampled_softmax", "nce", "in_batch_softmax", "mixed_softmax", "info_nce", "nt_xent")
 
 
-def case_builders(quick: bool, device: torch.device) -> dict[str, Callable[[], Case]]:
+def case_builders(
+    quick: bool, device: torch.device, *, smoke: bool = False
+) -> dict[str, Callable[[], Case]]:
     """The benchmark's cases by name (built one at a time: the 10^6-row table is 512 MiB)."""
-    v = 10**5 if quick else 10**6
+    v = 10**4 if smoke else 10**5 if quick else 10**6
+    b = {"batch": 256} if smoke else {}  # the contrastive cases' batch (4096 otherwise)
     return {
         "sampled_softmax": lambda: sampled_case("sampled_softmax", num_items=v, device=device),
         "nce": lambda: sampled_case("nce", num_items=v, device=device),
-        "in_batch_softmax": lambda: in_batch_case(device=device),
-        "mixed_softmax": lambda: in_batch_case(num_extra=4096, device=device),
-        "info_nce": lambda: info_nce_case(device=device),
-        "nt_xent": lambda: nt_xent_case(device=device),
+        "in_batch_softmax": lambda: in_batch_case(device=device, **b),
+        "mixed_softmax": lambda: in_batch_case(
+            num_extra=512 if smoke else 4096, device=device, **b
+        ),
+        "info_nce": lambda: info_nce_case(device=device, **b),
+        "nt_xent": lambda: nt_xent_case(device=device, **({"n": 256} if smoke else {})),
     }
 
 
@@ -685,6 +692,7 @@ def run(
     threads: int | None = 1,
     only: list[str] | None = None,
     profile_all: bool = False,
+    smoke: bool = False,
 ) -> dict[str, Any]:
     """Run the benchmark; writes floor.json / floor.md into ``out``.
 
@@ -695,10 +703,10 @@ def run(
     previous_threads = torch.get_num_threads()
     if device.type == "cpu" and threads:
         torch.set_num_threads(threads)
-    min_rounds, max_rounds, budget_s = ROUNDS[quick]
+    min_rounds, max_rounds, budget_s = SMOKE_ROUNDS if smoke else ROUNDS[quick]
     rows = []
     try:
-        for name, build in case_builders(quick, device).items():
+        for name, build in case_builders(quick, device, smoke=smoke).items():
             if only is not None and name not in only:
                 continue
             case = build()

@@ -255,12 +255,16 @@ def plot(rows: list[dict[str, Any]], out: Path) -> list[str]:
     return [path.name]
 
 
-def run(out: Path, *, quick: bool) -> dict[str, Any]:
-    """Run the mining benchmark; writes mining.json / .md / .png into ``out``."""
+def run(out: Path, *, quick: bool, smoke: bool = False) -> dict[str, Any]:
+    """Run the mining benchmark; writes mining.json / .md / .png into ``out``.
+
+    ``smoke`` (CI): N = 10^4, 64 queries, one repeat, one efSearch; implies ``quick``.
+    """
     device = get_device()
-    sizes = [10**5] if quick else [10**5, 10**6]
-    num_queries, repeats = (256, 2) if quick else (1024, 3)
-    ef_search = (64, 128, 256) if quick else EF_SEARCH
+    quick = quick or smoke
+    sizes = [10**4] if smoke else [10**5] if quick else [10**5, 10**6]
+    num_queries, repeats = (64, 1) if smoke else (256, 2) if quick else (1024, 3)
+    ef_search = (64,) if smoke else (64, 128, 256) if quick else EF_SEARCH
     rows: list[dict[str, Any]] = []
     for v in sizes:
         rows.extend(

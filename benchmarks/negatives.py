@@ -413,16 +413,27 @@ def report(grad: dict, queue: dict, distributed: dict | None, ratios: dict) -> s
     return text + "\n"
 
 
-def run(out: Path, *, quick: bool, distributed: bool = True) -> dict[str, Any]:
-    """The chapter-7 benchmark; writes negatives.json and negatives.md into ``out``."""
+def run(out: Path, *, quick: bool, distributed: bool = True, smoke: bool = False) -> dict[str, Any]:
+    """The chapter-7 benchmark; writes negatives.json and negatives.md into ``out``.
+
+    ``smoke``: the smallest sizes that still run every path once (CI).
+    """
     device = get_device()
-    grad = gradcache_rows(8192, chunk=1024, block=512, repeats=3 if quick else 7, device=device)
+    repeats = 1 if smoke else 3 if quick else 7
+    n, chunk, block = (1024, 256, 128) if smoke else (8192, 1024, 512)
+    grad = gradcache_rows(n, chunk=chunk, block=block, repeats=repeats, device=device)
     queue = queue_rows(
-        512, [65536] if quick else [4096, 65536], repeats=3 if quick else 10, device=device
+        128 if smoke else 512,
+        [1024] if smoke else [65536] if quick else [4096, 65536],
+        repeats=1 if smoke else 3 if quick else 10,
+        device=device,
     )
     dist_result = None
     if distributed:
-        dist_result = distributed_rows(2048 if quick else 4096, repeats=3 if quick else 10)
+        dist_result = distributed_rows(
+            256 if smoke else 2048 if quick else 4096,
+            repeats=1 if smoke else 3 if quick else 10,
+        )
     ratios = headline(grad, queue, dist_result)
     result = {
         "benchmark": "negatives",

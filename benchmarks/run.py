@@ -1,4 +1,4 @@
-"""Run the benchmark suite: ``python benchmarks/run.py [--quick] [--out DIR] [--only NAMES]``.
+"""Run the benchmark suite: ``python benchmarks/run.py [--smoke|--quick] [--out D] [--only N]``.
 
 Benchmarks (the book's "Benchmarks" appendix explains each one):
 
@@ -24,8 +24,21 @@ Each benchmark writes ``NAME.json``, a markdown table ``NAME.md`` and (where it 
 plot ``NAME.png`` into ``--out``, plus ``summary.json`` / ``summary.md`` with the machine
 and every headline ratio, each of which is also printed on its own line
 (``ratio NAME: 12.3x``). Everything runs on ``get_device()`` (CUDA, then MPS, then the
-CPU; ``--device`` or ``$CANDIDATE_SAMPLING_DEVICE`` to choose). ``--quick`` uses smaller
-catalogues and fewer repeats (a few minutes on 2 cores); the appendix shows a full run.
+CPU; ``--device`` or ``$CANDIDATE_SAMPLING_DEVICE`` to choose).
+
+Three modes:
+
+* **full** (no flag): the sizes and repeats the appendix reports (tens of minutes on 2
+  CPU cores, ``book`` included);
+* ``--quick``: smaller catalogues and fewer repeats, ``book`` skipped (a few minutes);
+  ratios close to a full run's, for a first look;
+* ``--smoke``: the smallest sizes that still run every benchmark's code path once and
+  write its JSON / markdown / plot, ``book`` skipped (under a minute on 2 cores). It is
+  what CI runs (``.ci/run``): a test that the suite works, **not a measurement** — its
+  ratios are noise and are labelled ``mode: smoke`` in ``summary.json``.
+
+``--only`` runs a subset (and keeps the other entries of an earlier run of the same mode
+in ``summary.json``).
 """
 
 from __future__ import annotations
@@ -55,10 +68,16 @@ BENCHMARKS = (
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument(
         "--quick",
         action="store_true",
         help="small sizes and few repeats (a few minutes on 2 CPU cores)",
+    )
+    size.add_argument(
+        "--smoke",
+        action="store_true",
+        help="smallest sizes, one repeat: every code path once, no measurement (CI, < 1 min)",
     )
     parser.add_argument(
         "--out",
@@ -91,6 +110,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def smoke_kwargs(run) -> dict:
+    """``{"smoke": True}`` for a benchmark whose ``run`` takes it, else ``{}`` (quick sizes)."""
+    import inspect
+
+    return {"smoke": True} if "smoke" in inspect.signature(run).parameters else {}
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     if args.device:
@@ -118,11 +144,13 @@ def main(argv: list[str] | None = None) -> dict:
         write_json,
     )
 
-    selected = args.only or [b for b in BENCHMARKS if not (args.quick and b == "book")]
+    selected = args.only or [
+        b for b in BENCHMARKS if not ((args.quick or args.smoke) and b == "book")
+    ]
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
-    mode = "quick" if args.quick else "full"
+    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     print(
         f"benchmarks ({mode}) on {machine['device']}: {machine['cpu']}, "
         f"{machine['cpu_count']} cores, torch {machine['torch']}, "
@@ -158,8 +186,10 @@ def main(argv: list[str] | None = None) -> dict:
         before = machine_info()
         start = time.perf_counter()
         kwargs = {"sizes": args.sizes} if name == "catalogue" and args.sizes else {}
+        if args.smoke:
+            kwargs.update(smoke_kwargs(modules[name].run))
         try:
-            result = modules[name].run(out, quick=args.quick, **kwargs)
+            result = modules[name].run(out, quick=args.quick or args.smoke, **kwargs)
         except Exception as err:  # noqa: BLE001 - report, run the other benchmarks, exit 1
             message = f"{type(err).__name__}: {err}"
             print(f"  {name} FAILED: {message}", flush=True)

@@ -208,10 +208,12 @@ def plot(rows: list[dict[str, Any]], out: Path, k: int) -> list[str]:
     return [path.name]
 
 
-def run(out: Path, *, quick: bool) -> dict[str, Any]:
+def run(out: Path, *, quick: bool, smoke: bool = False) -> dict[str, Any]:
     sizes = [10**4, 10**5, 10**6] if quick else [10**4, 10**5, 10**6, 10**7]
     ks = [4096, 65536] if quick else [64, 4096, 65536]
     repeats, min_seconds = (2, 0.05) if quick else (3, 0.3)
+    if smoke:  # every contender, with and without replacement, once (CI)
+        sizes, ks, repeats, min_seconds = [10**4], [64], 1, 0.0
     rows = run_grid(sizes, ks, repeats=repeats, min_seconds=min_seconds)
     setup = {r["num_items"]: r["setup_s"] for r in rows if r["contender"].startswith("alias")}
     ratios = headline_ratios(rows, sizes, ks)

@@ -107,10 +107,14 @@ def ratios_of(rows: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def run(out: Path, *, quick: bool, num_items: int | None = None) -> dict[str, Any]:
+def run(
+    out: Path, *, quick: bool, num_items: int | None = None, smoke: bool = False
+) -> dict[str, Any]:
     """Run the benchmark; writes validation.json / .md into ``out``."""
-    v = num_items or (10**5 if quick else 10**6)
+    v = num_items or (10**3 if smoke else 10**5 if quick else 10**6)
     rounds, repeats, min_seconds = (4, 3, 0.2) if quick else (6, 5, 1.0)
+    if smoke:  # both losses, checks on and off, once (CI)
+        rounds, repeats, min_seconds = 1, 1, 0.0
     cfg = default_config(num_items=v)
     before = get_validate_args()
     rows = measure(cfg, list(METHODS), rounds=rounds, repeats=repeats, min_seconds=min_seconds)
