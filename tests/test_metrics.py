@@ -4,12 +4,20 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from candidate_sampling.metrics import (
+    _sample_unseen_negatives,
     metrics_from_ranks,
+    popularity_strata,
     positive_ranks,
     retrieval_metrics,
+    sampled_metrics,
+    sampled_ranks,
+    stratified_metrics,
     top_k_items,
+    top_k_stratum_shares,
 )
 
 
@@ -145,3 +153,150 @@ def test_bad_inputs():
         retrieval_metrics(ue, ie, user_index, positive_ids, ks=(0,))
     with pytest.raises(ValueError, match="k must be"):
         top_k_items(ue, ie, 0)
+
+
+# ------------------------------------------- chapter 9: sampled and stratified metrics
+
+
+@pytest.mark.parametrize("exclude", [False, True])
+def test_sampled_ranks_match_a_loop_over_the_same_negatives(exclude):
+    ue, ie, user_index, positive_ids = _data(items=60)
+    seen = _seen(items=60) if exclude else None
+    ranks = sampled_ranks(
+        ue,
+        ie,
+        user_index,
+        positive_ids,
+        num_negatives=12,
+        exclude=seen,
+        generator=torch.Generator().manual_seed(3),
+    )
+    negatives = _sample_unseen_negatives(
+        user_index, positive_ids, 7, 60, 12, seen, torch.Generator().manual_seed(3)
+    )
+    seen_pairs = set(zip(*(t.tolist() for t in seen))) if exclude else set()
+    for i in range(len(user_index)):
+        u, p = int(user_index[i]), int(positive_ids[i])
+        row = negatives[i].tolist()
+        assert len(set(row)) == 12 and p not in row
+        assert not any((u, y) in seen_pairs for y in row)
+        expected = sum(float(ue[u] @ ie[y]) > float(ue[u] @ ie[p]) for y in row)
+        assert int(ranks[i]) == expected
+
+
+@pytest.mark.parametrize("exclude", [False, True])
+def test_sampling_every_unseen_item_gives_the_full_catalogue_rank(exclude):
+    """With as many negatives as unseen items, the sampled protocol ranks the positive
+    among the whole catalogue (seen items excluded): the ranks equal positive_ranks."""
+    ue, ie, _, _ = _data(items=20)
+    user_index, positive_ids = torch.tensor([0, 1, 2]), torch.tensor([5, 6, 7])
+    seen = (torch.tensor([0, 0, 1]), torch.tensor([1, 2, 3])) if exclude else None
+    full = positive_ranks(ue, ie, user_index, positive_ids, exclude=seen)
+    # every row must be able to draw the same number: drop the users with fewer unseen
+    m = 17 if exclude else 19
+    rows = torch.tensor([0]) if exclude else torch.arange(3)
+    got = sampled_ranks(ue, ie, user_index[rows], positive_ids[rows], num_negatives=m, exclude=seen)
+    assert torch.equal(got, full[rows])
+
+
+def test_sampled_negatives_are_uniform_over_unseen_items():
+    """Each allowed item is drawn with probability m / allowed (5 binomial sd)."""
+    n, items, m = 4000, 15, 5
+    users, pos = torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
+    seen = (torch.tensor([0, 0]), torch.tensor([3, 9]))
+    neg = _sample_unseen_negatives(users, pos, 1, items, m, seen, torch.Generator().manual_seed(0))
+    freq = torch.bincount(neg.reshape(-1), minlength=items).double() / n
+    allowed = torch.ones(items, dtype=torch.bool)
+    allowed[[0, 3, 9]] = False
+    p = m / int(allowed.sum())
+    assert torch.all(freq[~allowed] == 0)
+    sigma = math.sqrt(p * (1 - p) / n)
+    assert torch.all((freq[allowed] - p).abs() < 5 * sigma)
+
+
+def test_sampled_metrics_are_metrics_of_the_sampled_ranks():
+    ue, ie, user_index, positive_ids = _data(items=200)
+    got = sampled_metrics(
+        ue, ie, user_index, positive_ids, ks=(5, 10), generator=torch.Generator().manual_seed(1)
+    )
+    ranks = sampled_ranks(
+        ue, ie, user_index, positive_ids, generator=torch.Generator().manual_seed(1)
+    )
+    assert int(ranks.max()) <= 100
+    assert got == metrics_from_ranks(ranks, user_index, ks=(5, 10))
+
+
+def test_sampled_metrics_bad_inputs():
+    ue, ie, user_index, positive_ids = _data(items=30)
+    with pytest.raises(ValueError, match="num_negatives must be <="):
+        sampled_ranks(ue, ie, user_index, positive_ids, num_negatives=30)
+    with pytest.raises(ValueError, match="num_negatives must be >= 1"):
+        sampled_ranks(ue, ie, user_index, positive_ids, num_negatives=0)
+    with pytest.raises(ValueError, match="positive_ids must lie"):
+        sampled_metrics(ue, ie, user_index, positive_ids + 30, num_negatives=5)
+    with pytest.raises(ValueError, match="embedding size d"):
+        sampled_metrics(ue, ie[:, :2], user_index, positive_ids, num_negatives=5)
+    with pytest.raises(TypeError):
+        sampled_metrics(ue, ie, user_index, positive_ids, 5)
+
+
+def test_popularity_strata_are_equal_sized_and_ordered():
+    counts = torch.tensor([5, 50, 0, 7, 7, 100, 1, 2, 3, 9])
+    strata = popularity_strata(counts, num_strata=5)
+    assert strata.tolist() == [2, 0, 4, 1, 2, 0, 4, 3, 3, 1]  # ties (7, 7) by id
+    assert torch.equal(torch.bincount(strata), torch.full((5,), 2))
+    with pytest.raises(ValueError, match="num_strata"):
+        popularity_strata(counts, num_strata=11)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    num_strata=st.integers(1, 6),
+    n=st.integers(1, 60),
+)
+def test_stratified_metrics_partition_the_test_pairs(seed, num_strata, n):
+    g = torch.Generator().manual_seed(seed)
+    items = 30
+    ranks = torch.randint(0, 40, (n,), generator=g)
+    users = torch.randint(0, 5, (n,), generator=g)
+    positive_ids = torch.randint(0, items, (n,), generator=g)
+    strata = popularity_strata(torch.rand(items, generator=g), num_strata=num_strata)
+    table = stratified_metrics(ranks, users, positive_ids, strata, ks=(3, 10))
+    overall = metrics_from_ranks(ranks, users, ks=(3, 10))
+    assert list(table.index) == list(range(num_strata))
+    assert int(table.pairs.sum()) == n and math.isclose(table.share.sum(), 1.0)
+    filled = table[table.pairs > 0]
+    for key in ("hit_rate@3", "hit_rate@10", "ndcg@10"):
+        assert math.isclose((filled.share * filled[key]).sum(), overall[key], abs_tol=1e-12)
+    # a stratum's metrics are the metrics of its own pairs
+    g0 = int(filled.index[0])
+    members = strata[positive_ids] == g0
+    alone = metrics_from_ranks(ranks[members], users[members], ks=(3, 10))
+    assert math.isclose(filled.loc[g0, "recall@10"], alone["recall@10"])
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 8))
+def test_top_k_stratum_shares_match_a_loop(seed, k):
+    g = torch.Generator().manual_seed(seed)
+    strata = popularity_strata(torch.rand(20, generator=g), num_strata=4)
+    top = torch.randint(0, 20, (6, k), generator=g)
+    shares = top_k_stratum_shares(top, strata)
+    expected = [
+        sum(int(strata[y]) == s for y in top.reshape(-1).tolist()) / (6 * k) for s in range(4)
+    ]
+    assert torch.allclose(shares, torch.tensor(expected, dtype=torch.float64))
+    assert math.isclose(float(shares.sum()), 1.0)
+
+
+def test_stratified_bad_inputs():
+    strata = torch.tensor([0, 1, 1])
+    with pytest.raises(ValueError, match="item_strata must be an integer"):
+        top_k_stratum_shares(torch.tensor([[0]]), strata.double())
+    with pytest.raises(ValueError, match="top_ids must lie"):
+        top_k_stratum_shares(torch.tensor([[3]]), strata)
+    with pytest.raises(ValueError, match="item_strata must be >= 0"):
+        top_k_stratum_shares(torch.tensor([[0]]), torch.tensor([0, -1, 1]))
+    with pytest.raises(ValueError, match="number of interactions"):
+        stratified_metrics(torch.tensor([0, 1]), torch.tensor([0, 0]), torch.tensor([0]), strata)

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from candidate_sampling.synthetic import (
+    PlantedRetrieval,
     make_context_problem,
+    make_planted_retrieval,
     make_softmax_problem,
     zipf_probabilities,
 )
@@ -97,5 +99,108 @@ def test_log_probs_normalised_and_finite():
     ],
 )
 def test_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# ----------------------------------------------------------- planted retrieval (chapter 9)
+
+
+def test_planted_log_probs_are_the_softmax_of_the_planted_scores():
+    """log P(y | u) = log_softmax(a_u · e_y + b_y), checked in float64 by explicit sums."""
+    planted = make_planted_retrieval(6, 40, dim=3, signal=2.0, seed=1)
+    users = torch.tensor([0, 3, 5, 3])
+    a, e = planted.user_vectors.double(), planted.item_vectors.double()
+    b = planted.item_bias.double()
+    scores = torch.stack([torch.stack([a[u] @ e[y] + b[y] for y in range(40)]) for u in users])
+    expected = scores - torch.logsumexp(scores, dim=1, keepdim=True)
+    for chunk in (None, 1, 3):
+        got = planted.log_probs(users, chunk_size=chunk).double()
+        assert got.shape == (4, 40) and got.dtype == torch.float64
+        assert torch.allclose(got, expected, atol=1e-5)
+    user_emb, item_emb = planted.two_tower()
+    assert user_emb.shape == (6, 4) and item_emb.shape == (40, 4)
+    assert torch.allclose((user_emb[users] @ item_emb.T).double(), scores, atol=1e-5)
+
+
+def test_planted_sampling_frequencies_match_the_exact_probabilities():
+    """Per user, the empirical item frequencies lie within 5 binomial standard deviations
+    of the exact P(y | u); the users are uniform within the same bound."""
+    planted = make_planted_retrieval(3, 25, dim=4, signal=2.0, zipf_exponent=1.2, seed=2)
+    n = 150_000
+    users, items = planted.sample(n, torch.Generator().manual_seed(0), chunk_size=2)
+    assert users.shape == items.shape == (n,) and items.dtype == torch.int64
+    user_counts = torch.bincount(users, minlength=3).double()
+    sd = math.sqrt(n * (1 / 3) * (2 / 3))
+    assert torch.all((user_counts - n / 3).abs() < 5 * sd)
+    probs = planted.log_probs(torch.arange(3)).double().exp()
+    for u in range(3):
+        mine = items[users == u]
+        freq = torch.bincount(mine, minlength=25).double() / len(mine)
+        sigma = torch.sqrt(probs[u] * (1 - probs[u]) / len(mine))
+        assert torch.all((freq - probs[u]).abs() < 5 * sigma + 1e-12), u
+    # a chi-square statistic of all cells stays below its mean + 5 standard deviations
+    counts = torch.zeros(3, 25, dtype=torch.float64)
+    counts.index_put_((users, items), torch.ones(n, dtype=torch.float64), accumulate=True)
+    expected = user_counts[:, None] * probs
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    dof = 3 * 24
+    assert chi2 < dof + 5 * math.sqrt(2 * dof)
+
+
+def test_planted_sampling_with_given_users_keeps_their_order():
+    planted = make_planted_retrieval(5, 30, dim=2, seed=3)
+    users = torch.tensor([4, 0, 4, 2, 2, 2, 1])
+    got_users, items = planted.sample(7, torch.Generator().manual_seed(1), user_ids=users)
+    assert torch.equal(got_users, users) and items.shape == (7,)
+    a = planted.sample(50, torch.Generator().manual_seed(2))
+    b = planted.sample(50, torch.Generator().manual_seed(2))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_planted_marginal_is_the_average_conditional_and_close_to_zipf():
+    planted = make_planted_retrieval(400, 200, dim=8, signal=1.0, seed=4)
+    marginal = planted.item_marginal(chunk_size=7)
+    exact = planted.log_probs(torch.arange(400)).double().exp().mean(0)
+    assert marginal.shape == (200,) and marginal.dtype == torch.float64
+    assert torch.allclose(marginal, exact, atol=1e-6)
+    assert math.isclose(float(marginal.sum()), 1.0, rel_tol=1e-5)
+    # the bias keeps the marginal near the Zipf prior: the head in the same order
+    assert torch.equal(torch.argsort(marginal, descending=True)[:3], torch.arange(3))
+    assert isinstance(planted, PlantedRetrieval) and planted.num_items == 200
+
+
+def test_planted_problem_is_seeded_and_lives_on_its_device():
+    a = make_planted_retrieval(4, 10, dim=3, seed=7)
+    b = make_planted_retrieval(4, 10, dim=3, seed=7)
+    assert torch.equal(a.item_vectors, b.item_vectors) and torch.equal(a.item_bias, b.item_bias)
+    assert not torch.equal(
+        a.user_vectors, make_planted_retrieval(4, 10, dim=3, seed=8).user_vectors
+    )
+    assert (a.num_users, a.num_items, a.dim, a.device.type) == (4, 10, 3, "cpu")
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: make_planted_retrieval(0, 10), "num_users"),
+        (lambda: make_planted_retrieval(3, 1), "num_items"),
+        (lambda: make_planted_retrieval(3, 10, dim=0), "dim"),
+        (lambda: make_planted_retrieval(3, 10, zipf_exponent=0.0), "zipf_exponent"),
+        (lambda: make_planted_retrieval(3, 10, signal=-1.0), "signal"),
+        (lambda: make_planted_retrieval(3, 10).sample(0), "num_examples"),
+        (lambda: make_planted_retrieval(3, 10).log_probs(torch.tensor([3])), "user_ids"),
+        (lambda: make_planted_retrieval(3, 10).log_probs(torch.tensor([0.0])), "user_ids"),
+        (
+            lambda: make_planted_retrieval(3, 10).log_probs(torch.tensor([0]), chunk_size=0),
+            "chunk_size",
+        ),
+        (
+            lambda: make_planted_retrieval(3, 10).sample(2, user_ids=torch.tensor([0])),
+            "user_ids must have num_examples",
+        ),
+    ],
+)
+def test_planted_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()

@@ -15,17 +15,38 @@ Optionally the items a user already interacted with in training are **excluded**
 are removed from the ranking (their scores set to ``−inf`` before counting), except the
 positive itself. The exclusion is applied per chunk by scattering the seen pairs into the
 chunk's score matrix, so memory stays ``O(chunk_size · |V|)``.
+
+Two views for chapter 9 ("evaluation that does not lie"):
+
+* :func:`sampled_ranks` / :func:`sampled_metrics` — the *sampled* protocol that
+  Krichene & Rendle (2020) warn about: each positive is ranked among ``num_negatives``
+  (100) items drawn uniformly from the items its user has not interacted with, not among
+  the whole catalogue.
+* :func:`popularity_strata`, :func:`stratified_metrics` and :func:`top_k_stratum_shares` —
+  every metric split by the popularity stratum (e.g. decile) of the positive item, and
+  the share of the recommended top-K lists that falls in each stratum.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pandas as pd
 import torch
 
 from candidate_sampling._validate import check_ids, check_int_range, check_same, check_tensor
 
-__all__ = ["metrics_from_ranks", "positive_ranks", "retrieval_metrics", "top_k_items"]
+__all__ = [
+    "metrics_from_ranks",
+    "popularity_strata",
+    "positive_ranks",
+    "retrieval_metrics",
+    "sampled_metrics",
+    "sampled_ranks",
+    "stratified_metrics",
+    "top_k_items",
+    "top_k_stratum_shares",
+]
 
 
 def _seen_csr(exclude, num_users: int, num_items: int, device):
@@ -186,3 +207,221 @@ def retrieval_metrics(
         chunk_size=chunk_size,
     )
     return metrics_from_ranks(ranks, user_index, ks=ks)
+
+
+# --------------------------------------------------------------- chapter 9: sampled metrics
+
+
+def _pair_keys(users: torch.Tensor, items: torch.Tensor, num_items: int) -> torch.Tensor:
+    return users.to(torch.int64) * num_items + items.to(torch.int64)
+
+
+def _sample_unseen_negatives(
+    users: torch.Tensor,
+    targets: torch.Tensor,
+    num_users: int,
+    num_items: int,
+    num_negatives: int,
+    exclude: tuple[torch.Tensor, torch.Tensor] | None,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """(n, m) distinct uniform items per row, none the row's positive or a seen item."""
+    device = users.device
+    if exclude is not None:
+        indptr, seen_items = _seen_csr(exclude, num_users, num_items, device)
+        seen_users = torch.repeat_interleave(
+            torch.arange(num_users, device=device), indptr[1:] - indptr[:-1]
+        )
+        seen_keys = torch.unique(_pair_keys(seen_users, seen_items, num_items))
+    else:
+        seen_keys = torch.empty(0, dtype=torch.int64, device=device)
+    # items a row may not draw: its seen items plus its positive (counted once)
+    pos_keys = _pair_keys(users, targets, num_items)
+    pos_seen = (
+        torch.isin(pos_keys, seen_keys)
+        if seen_keys.numel()
+        else torch.zeros_like(pos_keys, dtype=torch.bool)
+    )
+    seen_per_user = torch.bincount(seen_keys // num_items, minlength=num_users)
+    allowed = num_items - seen_per_user[users] - (~pos_seen).to(torch.int64)
+    if bool((allowed < num_negatives).any()):
+        worst = int(allowed.min())
+        raise ValueError(
+            f"num_negatives must be <= the items a user has not seen ({worst} for some test "
+            f"pair), got {num_negatives}"
+        )
+    n = users.shape[0]
+    negatives = torch.randint(num_items, (n, num_negatives), device=device, generator=generator)
+    while True:
+        negatives, _ = torch.sort(negatives, dim=1)
+        bad = negatives == targets[:, None]
+        bad[:, 1:] |= negatives[:, 1:] == negatives[:, :-1]  # a repeat within the row
+        if seen_keys.numel():
+            bad |= torch.isin(_pair_keys(users[:, None], negatives, num_items), seen_keys)
+        num_bad = int(bad.sum())
+        if num_bad == 0:
+            break
+        negatives[bad] = torch.randint(num_items, (num_bad,), device=device, generator=generator)
+    return negatives
+
+
+def sampled_ranks(
+    user_embeddings: torch.Tensor,
+    item_embeddings: torch.Tensor,
+    user_index: torch.Tensor,
+    positive_ids: torch.Tensor,
+    *,
+    num_negatives: int = 100,
+    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Rank of each positive among ``num_negatives`` sampled items: the *sampled* protocol.
+
+    For every test pair ``(u, pos)``, ``m = num_negatives`` distinct items are drawn
+    uniformly from the items ``y ≠ pos`` that ``u`` has no ``exclude`` pair with (the
+    user's training items), and ``rank = #{sampled y : s(u, y) > s(u, pos)}`` ∈ [0, m]
+    (ties in the positive's favour, as in :func:`positive_ranks`). This is the protocol
+    Krichene & Rendle (2020) show to be inconsistent with full-catalogue metrics
+    (chapter 9). Shapes as in :func:`positive_ranks`; ``generator`` lives on the item
+    embeddings' device. Drawing is vectorised: rounds of uniform draws in which every
+    draw that is excluded, equal to the positive or a repeat within its row is redrawn.
+    Returns (n,) int64.
+    """
+    check_tensor("user_embeddings", user_embeddings, ("U", "d"), floating=True)
+    check_tensor("item_embeddings", item_embeddings, ("V", "d"), floating=True)
+    check_same(
+        "embedding size d",
+        user_embeddings=user_embeddings.shape[1],
+        item_embeddings=item_embeddings.shape[1],
+    )
+    check_tensor("user_index", user_index, ("n",), floating=False)
+    check_tensor("positive_ids", positive_ids, ("n",), floating=False)
+    check_same(
+        "number of interactions n",
+        user_index=user_index.shape[0],
+        positive_ids=positive_ids.shape[0],
+    )
+    num_users, num_items = user_embeddings.shape[0], item_embeddings.shape[0]
+    check_ids("user_index", user_index, num_users)
+    check_ids("positive_ids", positive_ids, num_items)
+    check_int_range("num_negatives", num_negatives, 1)
+    device = item_embeddings.device
+    users, targets = user_index.to(device), positive_ids.to(device)
+    negatives = _sample_unseen_negatives(
+        users, targets, num_users, num_items, num_negatives, exclude, generator
+    )
+    with torch.no_grad():
+        query = user_embeddings[users]
+        positive_scores = (query * item_embeddings[targets]).sum(-1)
+        negative_scores = torch.einsum("nd,nmd->nm", query, item_embeddings[negatives])
+        return (negative_scores > positive_scores[:, None]).sum(dim=1)
+
+
+def sampled_metrics(
+    user_embeddings: torch.Tensor,
+    item_embeddings: torch.Tensor,
+    user_index: torch.Tensor,
+    positive_ids: torch.Tensor,
+    *,
+    num_negatives: int = 100,
+    ks: Sequence[int] = (10,),
+    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
+    generator: torch.Generator | None = None,
+) -> dict[str, float]:
+    """``hit_rate@K``, ``recall@K`` and ``ndcg@K`` under the sampled protocol.
+
+    :func:`metrics_from_ranks` of :func:`sampled_ranks`: the positive ranked among
+    ``num_negatives`` uniformly sampled unseen items instead of the whole catalogue
+    (Krichene & Rendle 2020; chapter 9). With 100 negatives, ``hit_rate@10`` asks whether
+    the positive beats all but at most 9 of 100 random items.
+    """
+    ranks = sampled_ranks(
+        user_embeddings,
+        item_embeddings,
+        user_index,
+        positive_ids,
+        num_negatives=num_negatives,
+        exclude=exclude,
+        generator=generator,
+    )
+    return metrics_from_ranks(ranks, user_index, ks=ks)
+
+
+# ------------------------------------------------------- chapter 9: popularity strata
+
+
+def popularity_strata(popularity: torch.Tensor, num_strata: int = 10) -> torch.Tensor:
+    """Stratum of every item by popularity: ``(|V|,)`` int64 in ``[0, num_strata)``.
+
+    Items are ordered by decreasing ``popularity`` (counts or probabilities, ``(|V|,)``;
+    ties by id) and cut into ``num_strata`` groups of (nearly) equal *numbers of items*:
+    stratum 0 holds the most popular ``|V| / num_strata`` items (deciles for 10). Item at
+    position ``r`` of the order gets stratum ``⌊r · num_strata / |V|⌋``. Chapter 9.
+    """
+    check_tensor("popularity", popularity, ("V",))
+    check_int_range("num_strata", num_strata, 1, popularity.shape[0])
+    num_items = popularity.shape[0]
+    order = torch.sort(-popularity.to(torch.float64), stable=True).indices
+    positions = torch.arange(num_items, device=popularity.device)
+    strata = torch.empty(num_items, dtype=torch.int64, device=popularity.device)
+    strata[order] = torch.div(positions * num_strata, num_items, rounding_mode="floor")
+    return strata
+
+
+def _check_strata(item_strata: torch.Tensor, num_items: int | None = None) -> int:
+    check_tensor("item_strata", item_strata, ("V",), floating=False)
+    if num_items is not None:
+        check_same("number of items |V|", item_strata=item_strata.shape[0], ids=num_items)
+    if int(item_strata.min()) < 0:
+        raise ValueError(f"item_strata must be >= 0, got {int(item_strata.min())}")
+    return int(item_strata.max()) + 1
+
+
+def stratified_metrics(
+    ranks: torch.Tensor,
+    user_index: torch.Tensor,
+    positive_ids: torch.Tensor,
+    item_strata: torch.Tensor,
+    *,
+    ks: Sequence[int] = (10, 100),
+) -> pd.DataFrame:
+    """Metrics of the test pairs split by the stratum of their positive item (chapter 9).
+
+    ``ranks``: (n,) 0-based ranks (:func:`positive_ranks` or :func:`sampled_ranks`);
+    ``user_index``, ``positive_ids``: (n,); ``item_strata``: (|V|,) stratum id of every
+    item (:func:`popularity_strata`). One row per stratum ``g`` (index ``stratum``):
+    ``pairs`` (number of test pairs whose positive is in ``g``), ``share`` (their
+    fraction), and :func:`metrics_from_ranks` of those pairs (NaN for an empty stratum).
+    The strata partition the test set, so ``Σ_g share_g · hit_rate_g`` is the overall
+    ``hit_rate`` (likewise ``ndcg``; ``recall`` is a per-user average and does not add up).
+    """
+    check_tensor("ranks", ranks, ("n",), floating=False)
+    check_tensor("positive_ids", positive_ids, ("n",), floating=False)
+    check_same("number of interactions n", ranks=ranks.shape[0], positive_ids=positive_ids.shape[0])
+    num_strata = _check_strata(item_strata)
+    check_ids("positive_ids", positive_ids, item_strata.shape[0])
+    group = item_strata[positive_ids.to(item_strata.device)].to(ranks.device)
+    rows = []
+    for g in range(num_strata):  # a loop over the few strata, not over pairs
+        members = group == g
+        count = int(members.sum())
+        row: dict[str, float] = {"stratum": g, "pairs": count, "share": count / len(group)}
+        if count:
+            row.update(metrics_from_ranks(ranks[members], user_index[members], ks=ks))
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("stratum")
+
+
+def top_k_stratum_shares(top_ids: torch.Tensor, item_strata: torch.Tensor) -> torch.Tensor:
+    """Share of all recommended slots that falls in each stratum: ``(num_strata,)`` float64.
+
+    ``top_ids``: (U, K) each user's recommended item ids (:func:`top_k_items`);
+    ``item_strata``: (|V|,) as in :func:`stratified_metrics`. The shares sum to 1; the
+    *tail rate* of a recommender is the sum of the shares of its tail strata. Chapter 9.
+    """
+    check_tensor("top_ids", top_ids, ("U", "K"), floating=False)
+    num_strata = _check_strata(item_strata)
+    check_ids("top_ids", top_ids, item_strata.shape[0])
+    groups = item_strata[top_ids.to(item_strata.device).reshape(-1)]
+    counts = torch.bincount(groups, minlength=num_strata).to(torch.float64)
+    return counts / counts.sum()
