@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from candidate_sampling.metrics import (
-    _sample_unseen_negatives,
+    sample_unseen_negatives,
     metrics_from_ranks,
     popularity_strata,
     positive_ranks,
@@ -171,8 +171,14 @@ def test_sampled_ranks_match_a_loop_over_the_same_negatives(exclude):
         exclude=seen,
         generator=torch.Generator().manual_seed(3),
     )
-    negatives = _sample_unseen_negatives(
-        user_index, positive_ids, 7, 60, 12, seen, torch.Generator().manual_seed(3)
+    negatives = sample_unseen_negatives(
+        user_index,
+        positive_ids,
+        num_users=7,
+        num_items=60,
+        num_negatives=12,
+        exclude=seen,
+        generator=torch.Generator().manual_seed(3),
     )
     seen_pairs = set(zip(*(t.tolist() for t in seen))) if exclude else set()
     for i in range(len(user_index)):
@@ -204,7 +210,10 @@ def test_sampled_negatives_are_uniform_over_unseen_items():
     n, items, m = 4000, 15, 5
     users, pos = torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
     seen = (torch.tensor([0, 0]), torch.tensor([3, 9]))
-    neg = _sample_unseen_negatives(users, pos, 1, items, m, seen, torch.Generator().manual_seed(0))
+    neg = sample_unseen_negatives(
+        users, pos, num_users=1, num_items=items, num_negatives=m, exclude=seen,
+        generator=torch.Generator().manual_seed(0),
+    )
     freq = torch.bincount(neg.reshape(-1), minlength=items).double() / n
     allowed = torch.ones(items, dtype=torch.bool)
     allowed[[0, 3, 9]] = False
@@ -300,3 +309,13 @@ def test_stratified_bad_inputs():
         top_k_stratum_shares(torch.tensor([[0]]), torch.tensor([0, -1, 1]))
     with pytest.raises(ValueError, match="number of interactions"):
         stratified_metrics(torch.tensor([0, 1]), torch.tensor([0, 0]), torch.tensor([0]), strata)
+
+
+def test_sample_unseen_negatives_names_bad_arguments():
+    users, pos = torch.tensor([0, 1]), torch.tensor([2, 3])
+    with pytest.raises(ValueError, match="num_negatives"):
+        sample_unseen_negatives(users, pos, num_users=2, num_items=10, num_negatives=0)
+    with pytest.raises(ValueError, match="positive_ids"):
+        sample_unseen_negatives(users, pos + 10, num_users=2, num_items=10)
+    with pytest.raises(ValueError, match="num_negatives|allowed|fewer"):
+        sample_unseen_negatives(users, pos, num_users=2, num_items=10, num_negatives=10)

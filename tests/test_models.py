@@ -159,3 +159,26 @@ def test_default_model_is_sparse_and_a_step_touches_only_the_batch_rows(optimize
     after = model.item_tower.embedding.weight.detach()
     changed = torch.nonzero((after != before).any(dim=1)).squeeze(1)
     assert changed.tolist() == [10, 20]
+
+
+def test_user_tower_cpu_mean_matches_embedding_bag_value_and_gradient():
+    """The dense CPU path (index_select + bmm) equals nn.EmbeddingBag's mean, padding included."""
+    from candidate_sampling.models import UserTower, _mean_of_rows
+
+    torch.manual_seed(0)
+    tower = UserTower(num_users=None, num_items=50, dim=8, sparse=False)
+    weight = tower.history_bag.weight
+    history = torch.randint(0, 50, (16, 7))
+    history[::3, 4:] = -1  # padded rows
+    history[5] = -1  # a row with no history at all: the mean of nothing is 0
+    padded = torch.where(history < 0, torch.full_like(history, 50), history)
+    reference = torch.nn.functional.embedding_bag(
+        padded, weight, mode="mean", padding_idx=50
+    )
+    ours = _mean_of_rows(weight, history, 50)
+    torch.testing.assert_close(ours, reference, atol=1e-6, rtol=1e-5)
+    g = torch.randn_like(ours)
+    (ref_grad,) = torch.autograd.grad((reference * g).sum(), weight)
+    (our_grad,) = torch.autograd.grad((ours * g).sum(), weight)
+    torch.testing.assert_close(our_grad, ref_grad, atol=1e-6, rtol=1e-5)
+    assert float(our_grad[50].abs().max()) == 0.0  # the padding row never learns

@@ -4,12 +4,14 @@ The package behind the book *Candidate Sampling*. Modules, one concept each:
 
 ``device``      get_device (CUDA → MPS → CPU, or $CANDIDATE_SAMPLING_DEVICE), seed_everything
 ``data``        MovieLens-100K with a cache and verified sources
-``synthetic``   Zipfian classification problems with known true probabilities
+``synthetic``   Zipfian classification problems and a planted two-tower retrieval problem,
+                with known true probabilities
 ``samplers``    uniform, log-uniform and unigram candidate samplers with expected counts
 ``losses``      full / sampled softmax, NCE, in-batch, mixed, contrastive losses
 ``frequency``   item frequency and batch-inclusion estimators (Yi et al. 2019)
-``models``      the two-tower retrieval model
-``metrics``     Recall@K / NDCG@K over the full catalogue
+``models``      the two-tower retrieval model (id, history or shared-history user towers)
+``metrics``     Recall@K / NDCG@K over the full catalogue, sampled metrics, popularity strata
+``baselines``   most popular, item-kNN and EASE (closed form); ranks from score matrices
 ``train``       a small training loop returning per-epoch metrics
 ``distributed`` negatives across devices: all-gather with gradients, global ids and log Q,
                 ring sigmoid loss, a process launcher

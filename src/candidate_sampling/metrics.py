@@ -42,6 +42,7 @@ __all__ = [
     "positive_ranks",
     "retrieval_metrics",
     "sampled_metrics",
+    "sample_unseen_negatives",
     "sampled_ranks",
     "stratified_metrics",
     "top_k_items",
@@ -216,16 +217,38 @@ def _pair_keys(users: torch.Tensor, items: torch.Tensor, num_items: int) -> torc
     return users.to(torch.int64) * num_items + items.to(torch.int64)
 
 
-def _sample_unseen_negatives(
-    users: torch.Tensor,
-    targets: torch.Tensor,
+def sample_unseen_negatives(
+    user_index: torch.Tensor,
+    positive_ids: torch.Tensor,
+    *,
     num_users: int,
     num_items: int,
-    num_negatives: int,
-    exclude: tuple[torch.Tensor, torch.Tensor] | None,
-    generator: torch.Generator | None,
+    num_negatives: int = 100,
+    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """(n, m) distinct uniform items per row, none the row's positive or a seen item."""
+    """The negatives of the sampled protocol: (n, m) item ids, m = ``num_negatives``.
+
+    Row i holds m distinct items drawn uniformly from the items that are neither
+    ``positive_ids[i]`` nor paired with ``user_index[i]`` in ``exclude`` (the user's
+    training items). :func:`sampled_ranks` ranks against exactly these draws; call this
+    directly to score models that are not embeddings (a score matrix, chapter 9) on the
+    same negatives. ``generator`` lives on ``user_index``'s device. Raises ``ValueError``
+    when a row has fewer than m allowed items.
+    """
+    check_tensor("user_index", user_index, ("n",), floating=False)
+    check_tensor("positive_ids", positive_ids, ("n",), floating=False)
+    check_same(
+        "number of interactions n",
+        user_index=user_index.shape[0],
+        positive_ids=positive_ids.shape[0],
+    )
+    check_int_range("num_users", num_users, 1)
+    check_int_range("num_items", num_items, 1)
+    check_ids("user_index", user_index, num_users)
+    check_ids("positive_ids", positive_ids, num_items)
+    check_int_range("num_negatives", num_negatives, 1)
+    users, targets = user_index, positive_ids
     device = users.device
     if exclude is not None:
         indptr, seen_items = _seen_csr(exclude, num_users, num_items, device)
@@ -307,8 +330,14 @@ def sampled_ranks(
     check_int_range("num_negatives", num_negatives, 1)
     device = item_embeddings.device
     users, targets = user_index.to(device), positive_ids.to(device)
-    negatives = _sample_unseen_negatives(
-        users, targets, num_users, num_items, num_negatives, exclude, generator
+    negatives = sample_unseen_negatives(
+        users,
+        targets,
+        num_users=num_users,
+        num_items=num_items,
+        num_negatives=num_negatives,
+        exclude=exclude,
+        generator=generator,
     )
     with torch.no_grad():
         query = user_embeddings[users]

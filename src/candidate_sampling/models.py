@@ -11,6 +11,9 @@ the towers never see each other's input.
   three salted md5 hashes per item in Python, here it is integer tensor arithmetic).
 * :class:`UserTower` — a user-id embedding and/or the **mean of the embeddings of the
   user's recent items** (``nn.EmbeddingBag(mode="mean")``, padding excluded).
+* :class:`SharedHistoryTower` — a user tower that averages the **item tower's own
+  embeddings** of the user's recent items (the two towers share one table), optionally
+  followed by a small MLP: the source post's design (chapter 9).
 * :class:`TwoTowerModel` — both towers and the score.
 
 Embeddings produce **sparse gradients by default** (``sparse=True``): a step then touches
@@ -38,7 +41,13 @@ from candidate_sampling._validate import (
     get_validate_args,
 )
 
-__all__ = ["ItemTower", "TwoTowerModel", "UserTower", "sparse_parameters"]
+__all__ = [
+    "ItemTower",
+    "SharedHistoryTower",
+    "TwoTowerModel",
+    "UserTower",
+    "sparse_parameters",
+]
 
 
 def _init_uniform(weight: torch.Tensor, scale: float) -> None:
@@ -111,6 +120,22 @@ class ItemTower(nn.Module):
         return self(ids)
 
 
+def _mean_of_rows(weight: torch.Tensor, history: torch.Tensor, pad_row: int) -> torch.Tensor:
+    """``(B, d)`` mean of ``weight``'s rows ``history`` (B, L), ``-1`` entries left out.
+
+    The dense-gradient CPU path of :class:`UserTower`: ``index_select`` and a batched
+    weighted sum, whose backward is one ``index_add_``. ``nn.EmbeddingBag`` computes the
+    same mean, but on the CPU its forward with ``padding_idx`` leaves the fast kernel and
+    its dense backward sorts the B·L indices: together several times slower for a
+    256 × 30 history (benchmarks appendix, the pipeline). Padding points at the zero row
+    ``pad_row`` with weight 0, so it gets no gradient.
+    """
+    keep = history >= 0
+    rows = weight.index_select(0, history.masked_fill(~keep, pad_row).reshape(-1))
+    weights = keep.to(weight.dtype) / keep.sum(1, keepdim=True).clamp_min(1)
+    return torch.bmm(weights.unsqueeze(1), rows.view(*history.shape, -1)).squeeze(1)
+
+
 class UserTower(nn.Module):
     """User → ``(B, d)``: ``E_user[user_id]`` + mean of ``E_hist[recent items]`` (either or both).
 
@@ -177,8 +202,11 @@ class UserTower(nn.Module):
                     f"history must hold item ids in [0, {self.num_items}) or -1 for padding, got "
                     f"values in [{int(history.min())}, {int(history.max())}]"
                 )
-            padded = torch.where(history < 0, torch.full_like(history, self.num_items), history)
-            parts.append(self.history_bag(padded))
+            if self.history_bag.sparse or history.device.type != "cpu":
+                padded = torch.where(history < 0, torch.full_like(history, self.num_items), history)
+                parts.append(self.history_bag(padded))
+            else:
+                parts.append(_mean_of_rows(self.history_bag.weight, history, self.num_items))
         if len(parts) == 2 and parts[0].shape[0] != parts[1].shape[0]:
             raise ValueError(
                 f"user_ids and history must agree on the batch size, got {parts[0].shape[0]} "
@@ -198,6 +226,72 @@ class UserTower(nn.Module):
                 "with each user's history"
             )
         return self.user_embedding.weight
+
+
+class SharedHistoryTower(nn.Module):
+    """User → ``(B, d)``: ``MLP(mean of v(y) over the user's recent items y)``.
+
+    ``v`` is the given :class:`ItemTower`, so the user and item sides share one embedding
+    table (the source post's model, chapter 9); register the same ``item_tower`` in the
+    :class:`TwoTowerModel`. ``history``: ``(B, L)`` item ids padded with ``-1``; padding
+    is excluded from the mean and an empty history gives the zero vector before the MLP.
+    ``mlp_layers = m`` adds ``m`` linear layers of width ``d`` with a ReLU between each
+    pair (``m = 3`` is the post's MLP); ``0`` (default) uses the mean itself.
+    """
+
+    def __init__(self, item_tower: ItemTower, *, mlp_layers: int = 0) -> None:
+        super().__init__()
+        if not isinstance(item_tower, ItemTower):
+            raise ValueError(  # noqa: TRY004 (the package raises ValueError for bad arguments)
+                f"item_tower must be an ItemTower, got {type(item_tower).__name__}"
+            )
+        check_int_range("mlp_layers", mlp_layers, 0)
+        self.item_tower = item_tower
+        self.dim = item_tower.dim
+        self.num_items = item_tower.num_items
+        layers: list[nn.Module] = []
+        for k in range(mlp_layers):
+            if k:
+                layers.append(nn.ReLU())
+            layers.append(nn.Linear(self.dim, self.dim))
+        self.mlp = nn.Sequential(*layers)
+
+    def forward(
+        self, user_ids: torch.Tensor | None = None, history: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``history``: (B, L) padded with -1 → ``(B, d)``; ``user_ids`` is ignored."""
+        if history is None:
+            raise ValueError("history must be given: this tower averages recent items")
+        check_tensor("history", history, ("B", "L"), floating=False)
+        if get_validate_args() and history.numel() and int(history.min()) < -1:
+            raise ValueError(
+                f"history must hold item ids in [0, {self.num_items}) or -1 for padding, got "
+                f"a minimum of {int(history.min())}"
+            )
+        tower = self.item_tower
+        if get_validate_args() and history.numel() and int(history.max()) >= self.num_items:
+            raise ValueError(
+                f"history must hold item ids in [0, {self.num_items}) or -1 for padding, got "
+                f"a maximum of {int(history.max())}"
+            )
+        keep = history >= 0
+        ids = history.clamp_min(0)
+        weight = tower.embedding.weight
+        if tower.num_hashes:  # each item is the sum of its buckets' rows
+            rows = tower.rows(ids).reshape(ids.shape[0], -1)  # (B, L·m)
+            keep_rows = keep.repeat_interleave(tower.num_hashes, dim=1)
+        else:
+            rows, keep_rows = ids, keep
+        # one fused gather-and-sum, padding weighted 0: no (B, L, d) intermediate
+        total = nn.functional.embedding_bag(
+            rows,
+            weight,
+            mode="sum",
+            per_sample_weights=keep_rows.to(weight.dtype),
+            sparse=tower.embedding.sparse,
+        )
+        count = keep.sum(dim=1, keepdim=True).clamp_min(1).to(total.dtype)
+        return self.mlp(total / count)
 
 
 class TwoTowerModel(nn.Module):

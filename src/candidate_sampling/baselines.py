@@ -1,0 +1,233 @@
+"""Non-neural recommenders to measure a two-tower model against (chapter 9).
+
+A retrieval model is only as good as the simplest thing it beats. Three baselines, each a
+few lines of tensor algebra on the binary user × item matrix ``X`` (``X[u, y] = 1`` when
+user ``u`` interacted with item ``y`` in training):
+
+* :func:`most_popular_scores` — every user gets the same list, the items with the most
+  training interactions first.
+* :func:`item_knn_scores` — item-based collaborative filtering (Sarwar et al. 2001):
+  cosine similarity between the item columns of ``X``, optionally kept for each item's
+  ``k`` nearest neighbours, and a user's score for ``y`` is the summed similarity of ``y``
+  to the user's items.
+* :func:`ease_weights` / :func:`ease_scores` — EASE (Steck 2019), a linear item-item
+  model ``X ≈ X B`` fitted by ridge regression with the constraint ``B_yy = 0`` (an item
+  may not predict itself). Its closed form is one matrix inverse:
+  ``P = (XᵀX + λI)⁻¹``, ``B = I − P · diag(1 / diag P)``.
+
+The baselines produce a ``(U, |V|)`` score matrix rather than user and item embeddings,
+so :func:`ranks_from_scores` ranks held-out positives against such a matrix with the
+same rule as :func:`candidate_sampling.metrics.positive_ranks`: the rank is the number
+of items scoring strictly higher, after the user's training items are removed (never the
+positive itself). Pass the ranks to :func:`~candidate_sampling.metrics.metrics_from_ranks`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from candidate_sampling._validate import (
+    check_ids,
+    check_int_range,
+    check_same,
+    check_tensor,
+)
+
+__all__ = [
+    "ease_scores",
+    "ease_weights",
+    "interaction_matrix",
+    "item_knn_scores",
+    "most_popular_scores",
+    "ranks_from_scores",
+    "top_k_from_scores",
+]
+
+
+def interaction_matrix(
+    user_index: torch.Tensor,
+    item_ids: torch.Tensor,
+    num_users: int,
+    num_items: int,
+    *,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """``(num_users, num_items)`` binary matrix ``X`` with ``X[u, y] = 1`` for every pair.
+
+    ``user_index``, ``item_ids``: (n,) int64 training pairs; repeated pairs count once.
+    """
+    check_tensor("user_index", user_index, ("n",), floating=False)
+    check_tensor("item_ids", item_ids, ("n",), floating=False)
+    check_same("number of pairs n", user_index=user_index.shape[0], item_ids=item_ids.shape[0])
+    check_int_range("num_users", num_users, 1)
+    check_int_range("num_items", num_items, 1)
+    check_ids("user_index", user_index, num_users)
+    check_ids("item_ids", item_ids, num_items)
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
+    x = torch.zeros(num_users, num_items, dtype=dtype, device=user_index.device)
+    x[user_index, item_ids.to(user_index.device)] = 1
+    return x
+
+
+def most_popular_scores(counts: torch.Tensor) -> torch.Tensor:
+    """``(|V|,)`` float64 scores that order items by ``counts``, most popular first.
+
+    ``counts``: (|V|,) training interactions per item. The score of the item in
+    popularity position ``r`` (0 = most popular) is ``−r``; equal counts are broken by
+    the smaller item id, so no two items tie and a rank never depends on how ties are
+    counted. The same list for every user: as embeddings, a ``(U, 1)`` column of ones and
+    ``most_popular_scores(counts)[:, None]`` as the ``(|V|, 1)`` items.
+    """
+    check_tensor("counts", counts, ("|V|",))
+    order = torch.argsort(-counts.to(torch.float64), stable=True)
+    scores = torch.empty(counts.shape[0], dtype=torch.float64, device=counts.device)
+    scores[order] = -torch.arange(counts.shape[0], dtype=torch.float64, device=counts.device)
+    return scores
+
+
+def _check_matrix(x: torch.Tensor) -> None:
+    check_tensor("x", x, ("U", "|V|"), floating=True)
+
+
+def ease_weights(x: torch.Tensor, l2: float) -> torch.Tensor:
+    """EASE's item-item weights ``B`` (|V|, |V|), the closed form of Steck (2019).
+
+    ``B = argmin ‖X − X B‖²_F + λ ‖B‖²_F`` subject to ``diag(B) = 0``. With
+    ``P = (XᵀX + λI)⁻¹`` the solution is ``B_ij = −P_ij / P_jj`` for ``i ≠ j`` and
+    ``B_jj = 0``: column ``j`` is the ridge regression of item ``j`` on all the other
+    items. ``x``: (U, |V|) interaction matrix (binary, or any weights); ``l2``: λ > 0.
+    The Gram matrix and the inverse are computed in float64; ``B`` is returned in
+    ``x``'s dtype. Cost: one |V| × |V| inverse.
+    """
+    _check_matrix(x)
+    if not isinstance(l2, (int, float)) or not l2 > 0:
+        raise ValueError(f"l2 must be a number > 0, got {l2!r}")
+    xd = x.to(torch.float64)
+    gram = xd.T @ xd
+    gram.diagonal().add_(float(l2))
+    p = torch.linalg.inv(gram)
+    b = -p / p.diagonal()[None, :]
+    b.diagonal().zero_()
+    return b.to(x.dtype)
+
+
+def ease_scores(x: torch.Tensor, l2: float) -> torch.Tensor:
+    """``(U, |V|)`` EASE scores ``X B`` with ``B = ease_weights(x, l2)``."""
+    return x @ ease_weights(x, l2)
+
+
+def item_knn_scores(x: torch.Tensor, *, k: int | None = None) -> torch.Tensor:
+    """``(U, |V|)`` item-based collaborative filtering scores (Sarwar et al. 2001).
+
+    Similarity of items ``i`` and ``j``: the cosine of their columns of ``x``,
+    ``S_ij = x_iᵀx_j / (‖x_i‖ ‖x_j‖)`` (0 for an item nobody interacted with), with
+    ``S_jj = 0``. With ``k``, column ``j`` keeps only its ``k`` largest entries (the
+    ``k`` items most similar to ``j``). Score of item ``j`` for user ``u``:
+    ``Σ_i x_ui S_ij``.
+    """
+    _check_matrix(x)
+    num_items = x.shape[1]
+    gram = x.T @ x
+    norms = gram.diagonal().clamp_min(0).sqrt()
+    safe = torch.where(norms > 0, norms, torch.ones_like(norms))
+    sim = gram / safe[:, None] / safe[None, :]
+    sim.diagonal().zero_()
+    if k is not None:
+        check_int_range("k", k, 1, num_items)
+        keep = torch.topk(sim, k, dim=0).indices
+        sim = torch.zeros_like(sim).scatter_(0, keep, sim.gather(0, keep))
+    return x @ sim
+
+
+def ranks_from_scores(
+    scores: torch.Tensor,
+    user_index: torch.Tensor,
+    positive_ids: torch.Tensor,
+    *,
+    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
+    candidates: torch.Tensor | None = None,
+    chunk_size: int = 4096,
+) -> torch.Tensor:
+    """``(n,)`` 0-based rank of each positive under a ``(U, |V|)`` score matrix.
+
+    The rule of :func:`candidate_sampling.metrics.positive_ranks`: the number of items
+    scoring strictly higher than the positive for that user, with ``exclude``'s
+    ``(user_index, item_ids)`` pairs (e.g. the training interactions) removed from the
+    ranking; the positive itself is never removed. ``user_index``: (n,) rows of
+    ``scores``; ``positive_ids``: (n,) held-out items. Works in chunks of ``chunk_size``
+    positives; the score matrix is copied once when ``exclude`` is given.
+
+    ``candidates``: optional ``(n, m)`` item ids; the positive is then ranked among its
+    row's ``m`` candidates only (the sampled protocol of
+    :func:`candidate_sampling.metrics.sampled_ranks`, with negatives drawn once and shared
+    by every model compared); ``exclude`` does not apply to them.
+    """
+    check_tensor("scores", scores, ("U", "|V|"), floating=True)
+    check_tensor("user_index", user_index, ("n",), floating=False)
+    check_tensor("positive_ids", positive_ids, ("n",), floating=False)
+    check_same(
+        "number of interactions n",
+        user_index=user_index.shape[0],
+        positive_ids=positive_ids.shape[0],
+    )
+    num_users, num_items = scores.shape
+    check_ids("user_index", user_index, num_users)
+    check_ids("positive_ids", positive_ids, num_items)
+    check_int_range("chunk_size", chunk_size, 1)
+    device = scores.device
+    users, targets = user_index.to(device), positive_ids.to(device)
+    target_score = scores[users, targets]
+    if candidates is not None:
+        check_tensor("candidates", candidates, (users.shape[0], "m"), floating=False)
+        check_ids("candidates", candidates, num_items)
+        with torch.no_grad():
+            candidate_scores = scores[users[:, None], candidates.to(device)]
+            return (candidate_scores > target_score[:, None]).sum(dim=1)
+    ranked = scores
+    if exclude is not None:
+        if not isinstance(exclude, (tuple, list)) or len(exclude) != 2:
+            raise ValueError("exclude must be a pair (user_index (m,), item_ids (m,))")
+        seen_users, seen_items = exclude
+        check_tensor("exclude user_index", seen_users, ("m",), floating=False, allow_empty=True)
+        check_tensor("exclude item_ids", seen_items, ("m",), floating=False, allow_empty=True)
+        check_same(
+            "exclude pair count", user_index=seen_users.shape[0], item_ids=seen_items.shape[0]
+        )
+        check_ids("exclude user_index", seen_users, num_users)
+        check_ids("exclude item_ids", seen_items, num_items)
+        ranked = scores.clone()
+        ranked[seen_users.to(device), seen_items.to(device)] = float("-inf")
+    out = []
+    with torch.no_grad():
+        for start in range(0, users.shape[0], chunk_size):
+            rows = ranked[users[start : start + chunk_size]]
+            target = target_score[start : start + chunk_size, None]
+            out.append((rows > target).sum(dim=1))
+    if not out:
+        return torch.zeros(0, dtype=torch.int64, device=device)
+    return torch.cat(out)
+
+
+def top_k_from_scores(
+    scores: torch.Tensor,
+    k: int,
+    *,
+    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """``(U, k)`` ids of each user's ``k`` best-scoring items, best first.
+
+    :func:`candidate_sampling.metrics.top_k_items` for a ``(U, |V|)`` score matrix:
+    ``exclude``'s ``(user_index, item_ids)`` pairs are never recommended to that user.
+    """
+    check_tensor("scores", scores, ("U", "|V|"), floating=True)
+    check_int_range("k", k, 1, scores.shape[1])
+    ranked = scores
+    if exclude is not None:
+        seen_users, seen_items = exclude
+        check_ids("exclude user_index", seen_users, scores.shape[0])
+        check_ids("exclude item_ids", seen_items, scores.shape[1])
+        ranked = scores.clone()
+        ranked[seen_users.to(scores.device), seen_items.to(scores.device)] = float("-inf")
+    with torch.no_grad():
+        return torch.topk(ranked, k, dim=1).indices
