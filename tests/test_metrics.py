@@ -319,3 +319,14 @@ def test_sample_unseen_negatives_names_bad_arguments():
         sample_unseen_negatives(users, pos + 10, num_users=2, num_items=10)
     with pytest.raises(ValueError, match="num_negatives|allowed|fewer"):
         sample_unseen_negatives(users, pos, num_users=2, num_items=10, num_negatives=10)
+
+
+def test_stratified_metrics_accepts_user_index_on_another_device_and_checks_it():
+    ranks = torch.tensor([0, 5, 20, 1])
+    users = torch.tensor([0, 0, 1, 2])
+    positives = torch.tensor([0, 1, 2, 3])
+    strata = torch.tensor([0, 0, 1, 1])
+    table = stratified_metrics(ranks, users, positives, strata, ks=(10,))
+    assert table["pairs"].tolist() == [2, 2]
+    with pytest.raises(ValueError, match="user_index"):
+        stratified_metrics(ranks, users[:3], positives, strata, ks=(10,))

@@ -32,6 +32,7 @@ from candidate_sampling._validate import (
     check_same,
     check_tensor,
 )
+from candidate_sampling.device import exact_float64
 
 __all__ = [
     "ease_scores",
@@ -80,9 +81,11 @@ def most_popular_scores(counts: torch.Tensor) -> torch.Tensor:
     ``most_popular_scores(counts)[:, None]`` as the ``(|V|, 1)`` items.
     """
     check_tensor("counts", counts, ("|V|",))
-    order = torch.argsort(-counts.to(torch.float64), stable=True)
-    scores = torch.empty(counts.shape[0], dtype=torch.float64, device=counts.device)
-    scores[order] = -torch.arange(counts.shape[0], dtype=torch.float64, device=counts.device)
+    # float64, or float32 on MPS (no float64 there): −r is exact in float32 below 2^24 items
+    dtype = torch.float32 if counts.device.type == "mps" else torch.float64
+    order = torch.argsort(-exact_float64(counts), stable=True).to(counts.device)
+    scores = torch.empty(counts.shape[0], dtype=dtype, device=counts.device)
+    scores[order] = -torch.arange(counts.shape[0], dtype=dtype, device=counts.device)
     return scores
 
 
@@ -103,13 +106,13 @@ def ease_weights(x: torch.Tensor, l2: float) -> torch.Tensor:
     _check_matrix(x)
     if not isinstance(l2, (int, float)) or not l2 > 0:
         raise ValueError(f"l2 must be a number > 0, got {l2!r}")
-    xd = x.to(torch.float64)
+    xd = exact_float64(x)  # on the CPU where the device has no float64 (MPS)
     gram = xd.T @ xd
     gram.diagonal().add_(float(l2))
     p = torch.linalg.inv(gram)
     b = -p / p.diagonal()[None, :]
     b.diagonal().zero_()
-    return b.to(x.dtype)
+    return b.to(device=x.device, dtype=x.dtype)
 
 
 def ease_scores(x: torch.Tensor, l2: float) -> torch.Tensor:

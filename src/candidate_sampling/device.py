@@ -100,3 +100,14 @@ def time_calls(
         synchronize(device)
         times.append(time.perf_counter() - start)
     return times
+
+
+def exact_float64(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in float64, on its own device, or on the CPU where float64 is missing (MPS).
+
+    For the small exact computations of metrics and baselines (ranks, counts, a Gram
+    matrix): Apple's MPS backend has no float64, so they move to the CPU there.
+    """
+    device = torch.device("cpu") if tensor.device.type == "mps" else tensor.device
+    return tensor.to(device=device, dtype=torch.float64)
+

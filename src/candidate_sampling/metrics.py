@@ -35,6 +35,7 @@ import pandas as pd
 import torch
 
 from candidate_sampling._validate import check_ids, check_int_range, check_same, check_tensor
+from candidate_sampling.device import exact_float64
 
 __all__ = [
     "metrics_from_ranks",
@@ -167,7 +168,7 @@ def metrics_from_ranks(
     check_tensor("ranks", ranks, ("n",), floating=False)
     check_tensor("user_index", users, ("n",), floating=False)
     check_same("number of interactions n", ranks=ranks.shape[0], user_index=users.shape[0])
-    ranks = ranks.to(torch.float64)
+    ranks = exact_float64(ranks)
     users = users.to(ranks.device)
     _, user_index = torch.unique(users, return_inverse=True)
     num = int(user_index.max()) + 1
@@ -390,7 +391,7 @@ def popularity_strata(popularity: torch.Tensor, num_strata: int = 10) -> torch.T
     check_tensor("popularity", popularity, ("V",))
     check_int_range("num_strata", num_strata, 1, popularity.shape[0])
     num_items = popularity.shape[0]
-    order = torch.sort(-popularity.to(torch.float64), stable=True).indices
+    order = torch.sort(-exact_float64(popularity), stable=True).indices.to(popularity.device)
     positions = torch.arange(num_items, device=popularity.device)
     strata = torch.empty(num_items, dtype=torch.int64, device=popularity.device)
     strata[order] = torch.div(positions * num_strata, num_items, rounding_mode="floor")
@@ -425,11 +426,18 @@ def stratified_metrics(
     ``hit_rate`` (likewise ``ndcg``; ``recall`` is a per-user average and does not add up).
     """
     check_tensor("ranks", ranks, ("n",), floating=False)
+    check_tensor("user_index", user_index, ("n",), floating=False)
     check_tensor("positive_ids", positive_ids, ("n",), floating=False)
-    check_same("number of interactions n", ranks=ranks.shape[0], positive_ids=positive_ids.shape[0])
+    check_same(
+        "number of interactions n",
+        ranks=ranks.shape[0],
+        user_index=user_index.shape[0],
+        positive_ids=positive_ids.shape[0],
+    )
     num_strata = _check_strata(item_strata)
     check_ids("positive_ids", positive_ids, item_strata.shape[0])
     group = item_strata[positive_ids.to(item_strata.device)].to(ranks.device)
+    user_index = user_index.to(ranks.device)
     rows = []
     for g in range(num_strata):  # a loop over the few strata, not over pairs
         members = group == g
@@ -452,5 +460,5 @@ def top_k_stratum_shares(top_ids: torch.Tensor, item_strata: torch.Tensor) -> to
     num_strata = _check_strata(item_strata)
     check_ids("top_ids", top_ids, item_strata.shape[0])
     groups = item_strata[top_ids.to(item_strata.device).reshape(-1)]
-    counts = torch.bincount(groups, minlength=num_strata).to(torch.float64)
+    counts = exact_float64(torch.bincount(groups, minlength=num_strata))
     return counts / counts.sum()
