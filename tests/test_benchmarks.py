@@ -291,7 +291,7 @@ def test_a_floor_that_forgets_a_step_is_caught():
 def test_floor_run_writes_ratios_targets_and_tables(tmp_path, monkeypatch, capsys):
     """``run.py --quick --only floor`` on tiny shapes: files, printed ratios, no timing asserts."""
     tiny = {c.name: (lambda c=c: c) for c in _tiny_floor_cases()}
-    monkeypatch.setattr(floor, "case_builders", lambda quick, device: tiny)
+    monkeypatch.setattr(floor, "case_builders", lambda quick, device, smoke=False: tiny)
     monkeypatch.setattr(floor, "ROUNDS", {True: (5, 5, 0.0), False: (5, 5, 0.0)})
     summary = run.main(["--quick", "--only", "floor", "--out", str(tmp_path)])
     assert summary["failures"] == []
