@@ -81,6 +81,33 @@ def _scatter_exclusions(scores: torch.Tensor, users: torch.Tensor, indptr, indic
     scores[rows, cols] = float("-inf")
 
 
+def _check_embeddings_and_pairs(
+    user_embeddings: torch.Tensor,
+    item_embeddings: torch.Tensor,
+    user_index: torch.Tensor,
+    positive_ids: torch.Tensor,
+) -> tuple[int, int]:
+    """The checks :func:`positive_ranks` and :func:`sampled_ranks` share; ``(U, |V|)``."""
+    check_tensor("user_embeddings", user_embeddings, ("U", "d"), floating=True)
+    check_tensor("item_embeddings", item_embeddings, ("V", "d"), floating=True)
+    check_same(
+        "embedding size d",
+        user_embeddings=user_embeddings.shape[1],
+        item_embeddings=item_embeddings.shape[1],
+    )
+    check_tensor("user_index", user_index, ("n",), floating=False)
+    check_tensor("positive_ids", positive_ids, ("n",), floating=False)
+    check_same(
+        "number of interactions n",
+        user_index=user_index.shape[0],
+        positive_ids=positive_ids.shape[0],
+    )
+    num_users, num_items = user_embeddings.shape[0], item_embeddings.shape[0]
+    check_ids("user_index", user_index, num_users)
+    check_ids("positive_ids", positive_ids, num_items)
+    return num_users, num_items
+
+
 def positive_ranks(
     user_embeddings: torch.Tensor,
     item_embeddings: torch.Tensor,
@@ -100,19 +127,9 @@ def positive_ranks(
     embeddings' device. Works in chunks of ``chunk_size`` interactions.
     """
     users, targets = user_index, positive_ids
-    check_tensor("user_embeddings", user_embeddings, ("U", "d"), floating=True)
-    check_tensor("item_embeddings", item_embeddings, ("V", "d"), floating=True)
-    check_same(
-        "embedding size d",
-        user_embeddings=user_embeddings.shape[1],
-        item_embeddings=item_embeddings.shape[1],
+    num_users, num_items = _check_embeddings_and_pairs(
+        user_embeddings, item_embeddings, users, targets
     )
-    check_tensor("user_index", users, ("n",), floating=False)
-    check_tensor("positive_ids", targets, ("n",), floating=False)
-    check_same("number of interactions n", user_index=users.shape[0], positive_ids=targets.shape[0])
-    num_users, num_items = user_embeddings.shape[0], item_embeddings.shape[0]
-    check_ids("user_index", users, num_users)
-    check_ids("positive_ids", targets, num_items)
     check_int_range("chunk_size", chunk_size, 1)
     device = item_embeddings.device
     users, targets = users.to(device), targets.to(device)
@@ -249,7 +266,7 @@ def sample_unseen_negatives(
     check_ids("user_index", user_index, num_users)
     check_ids("positive_ids", positive_ids, num_items)
     check_int_range("num_negatives", num_negatives, 1)
-    users, targets = user_index, positive_ids
+    users, targets = user_index, positive_ids.to(user_index.device)
     device = users.device
     if exclude is not None:
         indptr, seen_items = _seen_csr(exclude, num_users, num_items, device)
@@ -311,27 +328,12 @@ def sampled_ranks(
     draw that is excluded, equal to the positive or a repeat within its row is redrawn.
     Returns (n,) int64.
     """
-    check_tensor("user_embeddings", user_embeddings, ("U", "d"), floating=True)
-    check_tensor("item_embeddings", item_embeddings, ("V", "d"), floating=True)
-    check_same(
-        "embedding size d",
-        user_embeddings=user_embeddings.shape[1],
-        item_embeddings=item_embeddings.shape[1],
+    num_users, num_items = _check_embeddings_and_pairs(
+        user_embeddings, item_embeddings, user_index, positive_ids
     )
-    check_tensor("user_index", user_index, ("n",), floating=False)
-    check_tensor("positive_ids", positive_ids, ("n",), floating=False)
-    check_same(
-        "number of interactions n",
-        user_index=user_index.shape[0],
-        positive_ids=positive_ids.shape[0],
-    )
-    num_users, num_items = user_embeddings.shape[0], item_embeddings.shape[0]
-    check_ids("user_index", user_index, num_users)
-    check_ids("positive_ids", positive_ids, num_items)
-    check_int_range("num_negatives", num_negatives, 1)
     device = item_embeddings.device
     users, targets = user_index.to(device), positive_ids.to(device)
-    negatives = sample_unseen_negatives(
+    negatives = sample_unseen_negatives(  # checks num_negatives and exclude
         users,
         targets,
         num_users=num_users,
