@@ -59,7 +59,7 @@ from benchmarks.common import (
 from candidate_sampling.device import get_device, seed_everything, synchronize
 from candidate_sampling.losses import RetrievalLoss, sampled_softmax_loss, softmax_cross_entropy
 from candidate_sampling.models import ItemTower, TwoTowerModel, UserTower
-from candidate_sampling.samplers import LogUniformSampler, UniformSampler
+from candidate_sampling.sampling.samplers import LogUniformSampler, UniformSampler
 from candidate_sampling.train import make_optimizer
 
 METHODS = ("full", "sampled", "in_batch", "mixed")

@@ -76,7 +76,7 @@ from candidate_sampling.losses import (
     nt_xent_loss,
     sampled_softmax_loss,
 )
-from candidate_sampling.samplers import LogUniformSampler, UniformSampler
+from candidate_sampling.sampling.samplers import LogUniformSampler, UniformSampler
 
 TIME_TARGET_OFF = 1.10
 TIME_TARGET_ON = 1.25

@@ -5,7 +5,7 @@ query's top-100 items by inner product — the search a hard-negative miner runs
 step (chapter 8):
 
 * **exact torch.topk**: ``queries @ items.T`` then ``torch.topk`` in chunks of 1,024
-  queries (:func:`candidate_sampling.mining.brute_force_top_k`), on ``get_device()``;
+  queries (:func:`candidate_sampling.scale.mining.brute_force_top_k`), on ``get_device()``;
 * **faiss IndexFlatIP**: faiss's exact search (BLAS), CPU;
 * **faiss HNSW** (``IndexHNSWFlat``, M = 32, efConstruction = 40) at several
   ``efSearch``; CPU;
@@ -51,7 +51,7 @@ from benchmarks.common import (
     write_json,
 )
 from candidate_sampling.device import get_device, time_calls
-from candidate_sampling.mining import HardNegativeMiner, brute_force_top_k
+from candidate_sampling.scale.mining import HardNegativeMiner, brute_force_top_k
 
 DIM, K = 64, 100
 EF_SEARCH = (32, 64, 128, 256)

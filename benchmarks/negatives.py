@@ -6,15 +6,15 @@ the encoder has real activations to keep, trained with the in-batch softmax.
 
 * **GradCache against the full batch** (``gradcache_vs_full_batch_*@N``): the peak memory
   and the time of one gradient computation (forward + backward) on a global batch of
-  ``N`` rows, done in one pass or with :func:`~candidate_sampling.gradcache.gradcache_backward`
+  ``N`` rows, done in one pass or with :func:`~candidate_sampling.scale.gradcache.gradcache_backward`
   in chunks of ``c`` rows. The GradCache step computes the loss with
-  :func:`~candidate_sampling.gradcache.checkpointed_in_batch_softmax_loss` (row blocks of
+  :func:`~candidate_sampling.scale.gradcache.checkpointed_in_batch_softmax_loss` (row blocks of
   ``c``), otherwise the (N, N) score matrix, which both steps need, dominates both peaks;
   the ratio without it is reported too. Peak memory: on CUDA ``max_memory_allocated``
   during the step minus what was allocated before it; on the CPU the PyTorch profiler's
   memory timeline (peak bytes of tensors allocated during the step and alive at once).
 * **Queue against in-batch** (``queue_vs_in_batch_step_time@K``): one step of ``B`` rows
-  with a :class:`~candidate_sampling.memory.CrossBatchMemory` of ``K`` entries (scores
+  with a :class:`~candidate_sampling.scale.memory.CrossBatchMemory` of ``K`` entries (scores
   against ``B + K`` candidates, id masking, enqueue) over the plain in-batch step.
 * **Two gloo ranks against one** (``distributed_2_ranks_vs_1_step_time@N``): the same
   global batch of ``N`` rows, split over two processes with one thread each (gathered
@@ -50,15 +50,15 @@ from benchmarks.common import (
 )
 from candidate_sampling import time_calls
 from candidate_sampling.device import get_device, synchronize
-from candidate_sampling.distributed import (
+from candidate_sampling.scale.distributed import (
     all_gather_with_grad,
     gathered_softmax_loss,
     launch,
     rank_and_world_size,
 )
-from candidate_sampling.gradcache import checkpointed_in_batch_softmax_loss, gradcache_backward
+from candidate_sampling.scale.gradcache import checkpointed_in_batch_softmax_loss, gradcache_backward
 from candidate_sampling.losses import in_batch_softmax_loss
-from candidate_sampling.memory import CrossBatchMemory
+from candidate_sampling.scale.memory import CrossBatchMemory
 
 TAU = 0.1
 

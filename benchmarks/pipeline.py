@@ -12,14 +12,14 @@ shared.
   ``DataLoader`` / ``collate_fn``, per-item md5 hashing inside the model, logQ item by
   item from the inclusion probability ``1 − (1 − q)^B (1 − r)^{B'}``.
 * **package**: the history windows of every click are built once with
-  :func:`~candidate_sampling.data.history_windows` and a batch is index arithmetic into
+  :func:`~candidate_sampling.data.movielens.history_windows` and a batch is index arithmetic into
   them; the model is the package's :class:`~candidate_sampling.models.TwoTowerModel` —
   an item tower with the hashing trick (3 hashes × 1,000 buckets, integer tensor
   arithmetic) and a user tower averaging the history with an ``EmbeddingBag`` — and the
   loss is :class:`~candidate_sampling.losses.RetrievalLoss`, which draws the extras,
   embeds them with the item tower and corrects every column by the package's expected
   count ``log(B·q(y) + B'·r(y))``, ``q`` from
-  :func:`~candidate_sampling.frequency.item_counts` of the labels. (The expected count
+  :func:`~candidate_sampling.sampling.frequency.item_counts` of the labels. (The expected count
   and the post's inclusion probability differ only for popular items and cost the same: a
   gather and a log per batch.) Its headline row uses dense embeddings and Adam, the post's
   optimizer, so that the ratio isolates the pipeline; a second row uses sparse embeddings
@@ -45,12 +45,12 @@ import torch.nn.functional as F
 from benchmarks import source_post
 from benchmarks.common import fmt_rate, fmt_ratio, fmt_seconds, markdown_table, write_json
 from candidate_sampling import validate_args
-from candidate_sampling.data import history_windows, load_movielens_100k
+from candidate_sampling.data.movielens import history_windows, load_movielens_100k
 from candidate_sampling.device import get_device, seed_everything, synchronize
-from candidate_sampling.frequency import item_counts, item_probabilities
+from candidate_sampling.sampling.frequency import item_counts, item_probabilities
 from candidate_sampling.losses import RetrievalLoss
 from candidate_sampling.models import ItemTower, TwoTowerModel, UserTower
-from candidate_sampling.samplers import UniformSampler
+from candidate_sampling.sampling.samplers import UniformSampler
 from candidate_sampling.train import make_optimizer
 
 BATCH = 256
@@ -136,7 +136,7 @@ def click_events(seqs: list[list[int]], device) -> tuple[torch.Tensor, torch.Ten
     """The click log as flat tensors: ``(item_index, history, first)``.
 
     ``item_index`` (n,): every click, users in order, each user's clicks in time order;
-    ``history`` (n, L): :func:`~candidate_sampling.data.history_windows` — the ``L = 30``
+    ``history`` (n, L): :func:`~candidate_sampling.data.movielens.history_windows` — the ``L = 30``
     clicks before each one, left-padded with -1 (the post's ``max(0, label − 30)`` slice);
     ``first`` (users,): the flat index of each user's first click, so that user ``u``'s
     click at position ``p`` is event ``first[u] + p``. Data preparation, done once, not

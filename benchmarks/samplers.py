@@ -3,9 +3,9 @@
 All four contenders draw from the *same* distribution, the log-uniform (Zipfian)
 ``p(y) = log((y + 2)/(y + 1)) / log(|V| + 1)``:
 
-* the package's :class:`~candidate_sampling.samplers.LogUniformSampler` (inverse CDF,
+* the package's :class:`~candidate_sampling.sampling.samplers.LogUniformSampler` (inverse CDF,
   O(1) per draw, no setup);
-* the package's :class:`~candidate_sampling.samplers.UnigramSampler` given ``p`` as its
+* the package's :class:`~candidate_sampling.sampling.samplers.UnigramSampler` given ``p`` as its
   counts (distortion 1): a Walker alias table, O(1) per draw after a one-off build whose
   time is reported separately;
 * ``torch.multinomial(p, k, replacement)``, which works through all |V| probabilities on
@@ -42,7 +42,7 @@ from benchmarks.common import (
 )
 from candidate_sampling import time_calls
 from candidate_sampling.device import get_device, synchronize
-from candidate_sampling.samplers import LogUniformSampler, UnigramSampler
+from candidate_sampling.sampling.samplers import LogUniformSampler, UnigramSampler
 
 CONTENDERS = (
     "log-uniform (package)",

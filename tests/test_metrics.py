@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from candidate_sampling.metrics import (
+from candidate_sampling.eval.metrics import (
     sample_unseen_negatives,
     metrics_from_ranks,
     popularity_strata,

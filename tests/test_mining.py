@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from candidate_sampling.mining import (
+from candidate_sampling.scale.mining import (
     HardNegativeMiner,
     KnownPositives,
     append_mined,

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import candidate_sampling
-from candidate_sampling.frequency import inclusion_probability, item_counts, mixed_log_q
+from candidate_sampling.sampling.frequency import inclusion_probability, item_counts, mixed_log_q
 from candidate_sampling.losses import (
     InfoNCELoss,
     NTXentLoss,
@@ -40,7 +40,7 @@ from candidate_sampling.losses import (
     softmax_cross_entropy,
     supcon_loss,
 )
-from candidate_sampling.samplers import (
+from candidate_sampling.sampling.samplers import (
     UniformSampler,
     UnigramSampler,
     build_alias_table,

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from candidate_sampling.frequency import (
+from candidate_sampling.sampling.frequency import (
     StreamingFrequencyEstimator,
     item_probabilities,
     mixed_log_q,
@@ -25,7 +25,7 @@ from candidate_sampling.losses import (
     mask_value,
     positive_column_cross_entropy,
 )
-from candidate_sampling.samplers import UniformSampler, UnigramSampler
+from candidate_sampling.sampling.samplers import UniformSampler, UnigramSampler
 
 D64 = torch.float64
 

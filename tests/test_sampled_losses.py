@@ -34,7 +34,7 @@ from candidate_sampling.losses import (
     sampled_softmax_loss,
     softmax_cross_entropy,
 )
-from candidate_sampling.samplers import LogUniformSampler, UniformSampler, UnigramSampler
+from candidate_sampling.sampling.samplers import LogUniformSampler, UniformSampler, UnigramSampler
 
 D64 = torch.float64
 

@@ -1,4 +1,4 @@
-"""Tests of candidate_sampling.samplers: probabilities, draws, expected counts, bad input."""
+"""Tests of candidate_sampling.sampling.samplers: probabilities, draws, expected counts, bad input."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from candidate_sampling.samplers import (
+from candidate_sampling.sampling.samplers import (
     CandidateDraw,
     LogUniformSampler,
     UniformSampler,
@@ -344,7 +344,7 @@ def test_excluded_true_id_has_minus_infinite_log_count():
 def test_float32_only_device_path(name, monkeypatch):
     # Apple MPS has no float64: the samplers then work in float32 and draw the log-uniform
     # inverse CDF on the CPU. Exercise that code path here on the CPU.
-    import candidate_sampling.samplers as samplers_module
+    import candidate_sampling.sampling.samplers as samplers_module
 
     monkeypatch.setattr(samplers_module, "_supports_float64", lambda device: False)
     s = make(name)

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from candidate_sampling.synthetic import (
+from candidate_sampling.data.synthetic import (
     PlantedRetrieval,
     make_context_problem,
     make_planted_retrieval,

@@ -4,11 +4,11 @@ import pandas as pd
 import pytest
 import torch
 
-from candidate_sampling.frequency import item_counts, item_probabilities
+from candidate_sampling.sampling.frequency import item_counts, item_probabilities
 from candidate_sampling.losses import RetrievalLoss, in_batch_softmax_loss
-from candidate_sampling.metrics import retrieval_metrics
+from candidate_sampling.eval.metrics import retrieval_metrics
 from candidate_sampling.models import ItemTower, TwoTowerModel, UserTower
-from candidate_sampling.samplers import UniformSampler
+from candidate_sampling.sampling.samplers import UniformSampler
 from candidate_sampling.train import OptimizerGroup, iterate_batches, make_optimizer, train
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from candidate_sampling._hashing import draw_hash_parameters, universal_hash
+from candidate_sampling.sampling.hashing import draw_hash_parameters, universal_hash
 from candidate_sampling._validate import (
     check_ids,
     check_int_range,

@@ -20,7 +20,7 @@ treated as masked.
 * :func:`guide_false_negative_mask` — GISTEmbed (Solatorio 2024): drop candidates that a
   guide model scores above the positive (absolute or relative margin).
 * Masks by id: :func:`~candidate_sampling.losses.core.accidental_hits` (duplicates of the
-  positive) and :class:`~candidate_sampling.mining.KnownPositives` (every known positive
+  positive) and :class:`~candidate_sampling.scale.mining.KnownPositives` (every known positive
   of the row, e.g. all movies a user rated).
 * :func:`debiased_cross_entropy` — the debiased contrastive loss (Chuang et al. 2020,
   class prior ``τ⁺``) and its hard-sample reweighting (Robinson et al. 2021, ``β``), with
@@ -483,7 +483,7 @@ def hard_negative_softmax_loss(
 
     Inputs as :func:`~candidate_sampling.losses.retrieval.in_batch_softmax_loss`:
     ``query`` (B, d); ``candidates`` (C ≥ B, d), row ``i``'s positive in row ``i``, then
-    extras (mixed negatives, mined negatives: :func:`~candidate_sampling.mining.append_mined`);
+    extras (mixed negatives, mined negatives: :func:`~candidate_sampling.scale.mining.append_mined`);
     ``candidate_ids`` (C,), ``positive_ids`` (B,), ``log_q`` (C,) log expected counts;
     ``remove_accidental_hits`` (default: when ids are given). Then, in this order:
 
@@ -491,7 +491,7 @@ def hard_negative_softmax_loss(
     2. ``hardness_alpha`` α: ``o_ij += α · stopgrad(s_ij)`` for ``j ≠ i``
        (:func:`hardness_weighted_logits`);
     3. masks: accidental hits, and ``false_negative_mask`` (B, C) bool — known positives
-       (:class:`~candidate_sampling.mining.KnownPositives`), a guide's verdict
+       (:class:`~candidate_sampling.scale.mining.KnownPositives`), a guide's verdict
        (:func:`guide_false_negative_mask`), another row's mined negatives; the row's own
        positive column is never masked;
     4. ``num_hard_negatives`` k: keep the positive and the k hardest columns

@@ -24,7 +24,7 @@ The loss composes the pipeline steps of :mod:`candidate_sampling.losses.core`:
 ``log_q`` is the log *expected count* of each candidate column among the candidates and is
 corrected on **every** column, the row's own positive included (Yi et al. 2019): the
 positive's column is one of the draws. For mixed negatives use one expression for all
-columns, e.g. :func:`~candidate_sampling.frequency.mixed_log_q`'s expected count
+columns, e.g. :func:`~candidate_sampling.sampling.frequency.mixed_log_q`'s expected count
 ``B·q(y) + B'·r(y)``.
 
 :class:`RetrievalLoss` is the module a training loop uses (TFRS's ``Retrieval`` task):
@@ -46,7 +46,7 @@ from candidate_sampling._validate import (
     check_tensor,
     common_float_dtype,
 )
-from candidate_sampling.frequency import StreamingFrequencyEstimator, inclusion_probability
+from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator, inclusion_probability
 from candidate_sampling.losses.core import (
     _Loss,
     accidental_hits,
@@ -55,7 +55,7 @@ from candidate_sampling.losses.core import (
     positive_column_cross_entropy,
     reduce_loss,
 )
-from candidate_sampling.samplers import CandidateSampler
+from candidate_sampling.sampling.samplers import CandidateSampler
 
 __all__ = ["RetrievalLoss", "in_batch_logits", "in_batch_softmax_loss"]
 
@@ -157,9 +157,9 @@ class RetrievalLoss(_Loss):
     TF Recommenders' ``Retrieval`` task in PyTorch, with the logQ correction built in.
 
     * ``item_probabilities``: (|V|,) ``q(y)``, the probability that one batch positive is
-      ``y`` (:func:`~candidate_sampling.frequency.item_probabilities` of the training
+      ``y`` (:func:`~candidate_sampling.sampling.frequency.item_probabilities` of the training
       positives). The in-batch columns then carry the expected count ``B·q(y)``.
-    * ``frequency_estimator``: a :class:`~candidate_sampling.frequency.StreamingFrequencyEstimator`
+    * ``frequency_estimator``: a :class:`~candidate_sampling.sampling.frequency.StreamingFrequencyEstimator`
       updated with each batch's positive ids; its inclusion probability stands in for the
       expected count (the two agree for rare items). Give at most one of the two sources;
       with neither there is no correction.

@@ -9,7 +9,7 @@ softmax or logistic → reduce — and comes in two layers:
   their log expected counts and a removal mask;
 * embedding-level functions (``sampled_softmax_loss``, ``nce_loss``, ...) mirror
   TensorFlow's ``_compute_sampled_logits``: one set of ``k`` sampled ids shared by the
-  batch (a :class:`~candidate_sampling.samplers.CandidateDraw`, which carries the log
+  batch (a :class:`~candidate_sampling.sampling.samplers.CandidateDraw`, which carries the log
   expected counts of the sampled *and* the positive ids), only the needed rows of the
   class table gathered — or the ids passed through an item encoder — then the
   ``*_from_scores`` step.
@@ -64,7 +64,7 @@ from candidate_sampling.losses.core import (
     positive_column_cross_entropy,
     reduce_loss,
 )
-from candidate_sampling.samplers import CandidateDraw, CandidateSampler
+from candidate_sampling.sampling.samplers import CandidateDraw, CandidateSampler
 
 __all__ = [
     "softmax_cross_entropy",
@@ -497,7 +497,7 @@ def sampled_softmax_loss(
 
     ``query``: (B, d); ``classes``: a class table (|V|, d) or an item encoder
     (ids → embeddings); ``positive_ids``: (B,) or (B, T) (TF's ``num_true = T``);
-    ``draw``: a :class:`~candidate_sampling.samplers.CandidateDraw` made with
+    ``draw``: a :class:`~candidate_sampling.sampling.samplers.CandidateDraw` made with
     ``positive_ids`` (so it carries ``positive_log_q``) or a tuple
     ``(sampled_ids (k,), sampled_log_q (k,), positive_log_q)``; ``class_bias``: (|V|,) or
     None. The sampled ids and log Q get no gradient. A positive id the proposal cannot

@@ -9,7 +9,7 @@ With ``z_ij = s_ij / τ − log Q_j + b`` and the label ``y_ij = +1`` for ``j = 
 since ``softplus(−z) = softplus(z) − z``. The loss averages ``ℓ_i`` over rows, which is
 SigLIP's ``−(1/|B|) Σ_i Σ_j log σ(y_ij z_ij)``. There is no normalisation across the row:
 every term involves one pair only, which is why the loss can be computed chunk by chunk
-(:func:`candidate_sampling.distributed.ring_sigmoid_loss` passes candidate chunks around
+(:func:`candidate_sampling.scale.distributed.ring_sigmoid_loss` passes candidate chunks around
 the devices) without a global log-sum-exp.
 
 Two readings of the bias ``b``:

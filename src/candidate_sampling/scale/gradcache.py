@@ -47,7 +47,7 @@ Batch = torch.Tensor | Sequence[torch.Tensor] | Mapping[str, torch.Tensor]
 
 class GradCacheOutput(NamedTuple):
     """``loss``: the big-batch loss (detached); ``embeddings``: one detached (N, d) tensor per
-    input, e.g. to enqueue in a :class:`~candidate_sampling.memory.CrossBatchMemory`."""
+    input, e.g. to enqueue in a :class:`~candidate_sampling.scale.memory.CrossBatchMemory`."""
 
     loss: torch.Tensor
     embeddings: tuple[torch.Tensor, ...]

@@ -251,7 +251,7 @@ class PlantedRetrieval:
 
         Users get ``[a_u, 1]`` and items ``[e_y, b_y]``, so ``user @ item.T = s*``. A
         two-tower model with free ``d+1``-dimensional embeddings can therefore represent
-        the planted model exactly; the metrics of :mod:`candidate_sampling.metrics` take
+        the planted model exactly; the metrics of :mod:`candidate_sampling.eval.metrics` take
         these as an oracle's embeddings.
         """
         ones = torch.ones(self.num_users, 1, device=self.device, dtype=self.user_vectors.dtype)

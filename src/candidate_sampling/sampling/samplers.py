@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import torch
 
 from candidate_sampling._validate import check_ids, check_int_range, check_probabilities
-from candidate_sampling.frequency import inclusion_probability
+from candidate_sampling.sampling.frequency import inclusion_probability
 
 __all__ = [
     "CandidateDraw",
@@ -86,7 +86,7 @@ def log_expected_count(
 
     ``unique=False``: ``log(k · p)`` with ``k = num_samples`` (``num_tries`` must equal it);
     ``unique=True``: ``log(1 − (1 − p)^num_tries)``
-    (:func:`~candidate_sampling.frequency.inclusion_probability`), ``num_tries ≥ k``.
+    (:func:`~candidate_sampling.sampling.frequency.inclusion_probability`), ``num_tries ≥ k``.
     ``probs``: any shape, in [0, 1] → float32 of the same shape (``-inf`` where ``p = 0``).
     """
     check_int_range("num_samples", num_samples, 1)

@@ -8,7 +8,7 @@ cost of a (B, B + K) matrix and no extra encoder pass (Wang et al. 2020, XBM; He
 * **log Q.** The queued items are past positives, so they are a popularity sample too: an
   item ``y`` is expected ``K·p(y)`` times among ``K`` queued entries, and
   ``B·p(y) + K·p(y)`` times among the ``B + K`` candidates
-  (:func:`~candidate_sampling.frequency.mixed_log_q` with the same ``p`` for both parts).
+  (:func:`~candidate_sampling.sampling.frequency.mixed_log_q` with the same ``p`` for both parts).
   Without the correction popular items are pushed down once per copy.
 * **Accidental hits.** A popular positive has ``K·p(y)`` copies in the queue (about 20 for
   the most-watched movie of MovieLens in a queue of 4,096): left in, each is a false
@@ -41,7 +41,7 @@ from candidate_sampling._validate import (
     check_same,
     check_tensor,
 )
-from candidate_sampling.frequency import mixed_log_q
+from candidate_sampling.sampling.frequency import mixed_log_q
 
 __all__ = [
     "CrossBatchMemory",
@@ -152,7 +152,7 @@ class CrossBatchMemory:
         (B + K',) and ``log_q = log((B + K')·p(y))`` — the expected count of ``y`` among
         ``B + K'`` popularity draws — or None without probabilities. This assumes the
         queue holds past positives (the batch's own distribution); it is
-        :func:`~candidate_sampling.frequency.mixed_log_q` with ``q = r = p``.
+        :func:`~candidate_sampling.sampling.frequency.mixed_log_q` with ``q = r = p``.
         """
         check_tensor("positives", positives, ("B", self.dim), floating=True)
         check_tensor("positive_ids", positive_ids, ("B",), floating=False)

@@ -55,7 +55,7 @@ from candidate_sampling._validate import (
     check_same,
     check_tensor,
 )
-from candidate_sampling.frequency import mixed_log_q
+from candidate_sampling.sampling.frequency import mixed_log_q
 from candidate_sampling.losses.core import reduce_loss
 from candidate_sampling.losses.retrieval import in_batch_softmax_loss
 from candidate_sampling.losses.sigmoid import (
@@ -192,10 +192,10 @@ def gather_candidates(
     ``positives``: (B, d) this rank's positives (row ``i`` is local row ``i``'s positive);
     ``positive_ids``: (B,) their ids, gathered for global accidental-hit masking;
     ``positive_probs``: (B,) ``p(y_i)``, the probability that a training positive is
-    ``y_i`` (:func:`~candidate_sampling.frequency.item_probabilities`). The gathered
+    ``y_i`` (:func:`~candidate_sampling.sampling.frequency.item_probabilities`). The gathered
     ``log_q`` is ``log(N·p(y))``: the expected count of ``y`` among the ``N = Σ_r B_r``
     positives of the global batch, each a draw from ``p``
-    (:func:`~candidate_sampling.frequency.mixed_log_q` with ``B = N`` and no extras). Under a
+    (:func:`~candidate_sampling.sampling.frequency.mixed_log_q` with ``B = N`` and no extras). Under a
     softmax the factor ``N`` cancels; it matters when the gathered columns are mixed with
     other candidates (a queue, sampled extras), where every column must use one
     expression for ``Q`` (chapter 5).

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from candidate_sampling._hashing import draw_hash_parameters, universal_hash
+from candidate_sampling.sampling.hashing import draw_hash_parameters, universal_hash
 from candidate_sampling._validate import (
     check_finite,
     check_ids,

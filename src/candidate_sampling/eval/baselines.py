@@ -17,9 +17,9 @@ user ``u`` interacted with item ``y`` in training):
 
 The baselines produce a ``(U, |V|)`` score matrix rather than user and item embeddings,
 so :func:`ranks_from_scores` ranks held-out positives against such a matrix with the
-same rule as :func:`candidate_sampling.metrics.positive_ranks`: the rank is the number
+same rule as :func:`candidate_sampling.eval.metrics.positive_ranks`: the rank is the number
 of items scoring strictly higher, after the user's training items are removed (never the
-positive itself). Pass the ranks to :func:`~candidate_sampling.metrics.metrics_from_ranks`.
+positive itself). Pass the ranks to :func:`~candidate_sampling.eval.metrics.metrics_from_ranks`.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def ranks_from_scores(
 ) -> torch.Tensor:
     """``(n,)`` 0-based rank of each positive under a ``(U, |V|)`` score matrix.
 
-    The rule of :func:`candidate_sampling.metrics.positive_ranks`: the number of items
+    The rule of :func:`candidate_sampling.eval.metrics.positive_ranks`: the number of items
     scoring strictly higher than the positive for that user, with ``exclude``'s
     ``(user_index, item_ids)`` pairs (e.g. the training interactions) removed from the
     ranking; the positive itself is never removed. ``user_index``: (n,) rows of
@@ -163,7 +163,7 @@ def ranks_from_scores(
 
     ``candidates``: optional ``(n, m)`` item ids; the positive is then ranked among its
     row's ``m`` candidates only (the sampled protocol of
-    :func:`candidate_sampling.metrics.sampled_ranks`, with negatives drawn once and shared
+    :func:`candidate_sampling.eval.metrics.sampled_ranks`, with negatives drawn once and shared
     by every model compared); ``exclude`` does not apply to them.
     """
     check_tensor("scores", scores, ("U", "|V|"), floating=True)
@@ -220,7 +220,7 @@ def top_k_from_scores(
 ) -> torch.Tensor:
     """``(U, k)`` ids of each user's ``k`` best-scoring items, best first.
 
-    :func:`candidate_sampling.metrics.top_k_items` for a ``(U, |V|)`` score matrix:
+    :func:`candidate_sampling.eval.metrics.top_k_items` for a ``(U, |V|)`` score matrix:
     ``exclude``'s ``(user_index, item_ids)`` pairs are never recommended to that user.
     """
     check_tensor("scores", scores, ("U", "|V|"), floating=True)

@@ -85,7 +85,7 @@ def import_faiss():
         import faiss  # optional dependency, imported on first use
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "candidate_sampling.mining needs faiss for index='flat', 'hnsw' or 'ivf': "
+            "candidate_sampling.scale.mining needs faiss for index='flat', 'hnsw' or 'ivf': "
             "pip install faiss-cpu (or use index='torch' for exact search without faiss)"
         ) from err
     return faiss
