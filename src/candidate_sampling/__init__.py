@@ -2,7 +2,8 @@
 
 The package behind the book *Candidate Sampling*. Modules, one concept each:
 
-``device``      get_device (CUDA → MPS → CPU, or $CANDIDATE_SAMPLING_DEVICE), seed_everything
+``device``      get_device (CUDA → MPS → CPU, or $CANDIDATE_SAMPLING_DEVICE), seed_everything,
+                book_seed (every chapter's seeds, moved by $CANDIDATE_SAMPLING_SEED)
 ``data``        MovieLens-100K with a cache and verified sources
 ``synthetic``   Zipfian classification problems and a planted two-tower retrieval problem,
                 with known true probabilities
@@ -26,13 +27,21 @@ Value checks that force a device sync can be switched off with ``set_validate_ar
 """
 
 from candidate_sampling._validate import get_validate_args, set_validate_args, validate_args
-from candidate_sampling.device import get_device, seed_everything, time_calls
+from candidate_sampling.device import (
+    book_seed,
+    get_device,
+    seed_everything,
+    seed_offset,
+    time_calls,
+)
 
 __version__ = "0.2.0"
 __all__ = [
+    "book_seed",
     "get_device",
     "get_validate_args",
     "seed_everything",
+    "seed_offset",
     "set_validate_args",
     "time_calls",
     "validate_args",

@@ -17,6 +17,11 @@ import numpy as np
 import torch
 
 DEVICE_ENV_VAR = "CANDIDATE_SAMPLING_DEVICE"
+SEED_ENV_VAR = "CANDIDATE_SAMPLING_SEED"
+#: Distance between the seeds of two book runs: ``book_seed(s)`` under offset ``o`` is
+#: ``s + SEED_STRIDE * o``, so the streams of different offsets never share a seed as long
+#: as a chapter uses seeds below the stride.
+SEED_STRIDE = 1_000_003
 
 
 def get_device() -> torch.device:
@@ -44,6 +49,38 @@ def get_device() -> torch.device:
     if torch.backends.mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def seed_offset() -> int:
+    """The book's seed offset: ``$CANDIDATE_SAMPLING_SEED`` (default 0), a non-negative int.
+
+    Every chapter derives each of its seeds with :func:`book_seed`, so running the book with
+    ``CANDIDATE_SAMPLING_SEED=1`` re-runs every experiment on fresh random streams: a claim
+    that only holds for one stream fails there. Raises ``ValueError`` naming the variable
+    when it is not a non-negative integer.
+    """
+    raw = os.environ.get(SEED_ENV_VAR, "").strip()
+    if not raw:
+        return 0
+    try:
+        offset = int(raw)
+    except ValueError:
+        offset = -1
+    if offset < 0:
+        raise ValueError(f"{SEED_ENV_VAR} must be a non-negative integer, got {raw!r}")
+    return offset
+
+
+def book_seed(seed: int = 0) -> int:
+    """``seed`` moved by the book's seed offset: ``seed + SEED_STRIDE * seed_offset()``.
+
+    With the variable unset this is ``seed`` itself. Chapters wrap every literal seed in it
+    (``torch.manual_seed(book_seed(3))``), so one environment variable changes every random
+    stream of the book at once.
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    return seed + SEED_STRIDE * seed_offset()
 
 
 def seed_everything(seed: int) -> torch.Generator:
