@@ -113,3 +113,34 @@ def test_time_calls_rejects_bad_repeats(bad):
 def test_time_calls_rejects_bad_warmup(bad):
     with pytest.raises(ValueError, match="warmup must be an int >= 0"):
         time_calls(Counter(), device="cpu", warmup=bad)
+
+
+def test_book_seed_is_the_seed_without_the_variable(monkeypatch):
+    monkeypatch.delenv("CANDIDATE_SAMPLING_SEED", raising=False)
+    assert candidate_sampling.seed_offset() == 0
+    assert [candidate_sampling.book_seed(s) for s in (0, 3, 42)] == [0, 3, 42]
+
+
+def test_book_seed_moves_every_seed_by_the_offset(monkeypatch):
+    from candidate_sampling.device import SEED_STRIDE
+
+    monkeypatch.setenv("CANDIDATE_SAMPLING_SEED", "2")
+    assert candidate_sampling.seed_offset() == 2
+    assert candidate_sampling.book_seed(5) == 5 + 2 * SEED_STRIDE
+    lowest_of_offset_2 = candidate_sampling.book_seed(0)
+    # seeds below the stride never collide across offsets: offset 1's highest < offset 2's lowest
+    monkeypatch.setenv("CANDIDATE_SAMPLING_SEED", "1")
+    assert candidate_sampling.book_seed(SEED_STRIDE - 1) < lowest_of_offset_2
+
+
+@pytest.mark.parametrize("raw", ["-1", "one", "1.5"])
+def test_seed_offset_rejects_bad_values_naming_the_variable(monkeypatch, raw):
+    monkeypatch.setenv("CANDIDATE_SAMPLING_SEED", raw)
+    with pytest.raises(ValueError, match="CANDIDATE_SAMPLING_SEED must be a non-negative"):
+        candidate_sampling.book_seed(0)
+
+
+@pytest.mark.parametrize("seed", [-1, 1.0, True])
+def test_book_seed_rejects_bad_seeds(seed):
+    with pytest.raises(ValueError, match="seed must be a non-negative int"):
+        candidate_sampling.book_seed(seed)
