@@ -2,6 +2,8 @@
 
 The package behind the book *Candidate Sampling*. Modules, one concept each:
 
+``candidates``  CandidateSet: candidate columns (embeddings, ids, log Q, mask) that every
+                source of negatives returns and every softmax-family loss consumes
 ``device``      get_device (CUDA → MPS → CPU, or $CANDIDATE_SAMPLING_DEVICE), seed_everything,
                 book_seed (every chapter's seeds, moved by $CANDIDATE_SAMPLING_SEED)
 ``data``        MovieLens-100K with a cache and verified sources
@@ -27,6 +29,7 @@ Value checks that force a device sync can be switched off with ``set_validate_ar
 """
 
 from candidate_sampling._validate import get_validate_args, set_validate_args, validate_args
+from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.device import (
     book_seed,
     get_device,
@@ -37,6 +40,7 @@ from candidate_sampling.device import (
 
 __version__ = "0.2.0"
 __all__ = [
+    "CandidateSet",
     "book_seed",
     "get_device",
     "get_validate_args",

@@ -1,0 +1,459 @@
+"""``CandidateSet``: the columns a batch is scored against, with their ids, log Q and mask.
+
+Every chapter from 4 on is about one object: a set of candidate columns, each with an
+embedding, an id, a log expected count (the logQ correction) and a validity flag. Every
+source of negatives makes one —
+
+* the batch's own positives (:meth:`CandidateSet.from_batch`, log Q from item
+  probabilities or a streaming frequency estimate, :mod:`candidate_sampling.sampling.frequency`),
+* a sampler's draw (:meth:`CandidateSet.from_draw`, log Q from the draw, rows gathered
+  from a class table or encoded by an item tower),
+* any ids with a known correction (:meth:`CandidateSet.from_ids`): a queue, other ranks,
+  a miner —
+
+and :meth:`CandidateSet.concat` (or ``a + b``) joins sets column-wise, keeping every
+column's own log Q and mask. Every softmax-family loss consumes one:
+``loss(query, positives, candidates)`` (chapter 4 onwards; TF Recommenders'
+``Retrieval.call`` is the model: one candidate matrix, one sampling probability, one id
+vector).
+
+Shapes: ``embeddings`` (C, d) floating; ``ids`` (C,) int64, non-negative; ``log_q`` (C,)
+shared by the batch, (B, C) per row, or None (no correction); ``mask`` (C,) or (B, C)
+bool, **True = valid** (the column takes part), or None (all valid); ``bias`` (C,) an
+additive score term per column (TF's ``biases``), or None. Shapes, dtypes and devices
+are checked once, in the constructor; the value checks (negative ids, non-finite log Q)
+obey :func:`candidate_sampling.get_validate_args`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from candidate_sampling._validate import (
+    check_finite,
+    check_ids,
+    check_int_range,
+    check_probabilities,
+    check_tensor,
+    get_validate_args,
+)
+
+__all__ = ["CandidateSet", "gather_rows"]
+
+#: A class table (|V|, d) or an item encoder: ids (n,) → embeddings (n, d).
+Classes = torch.Tensor | Callable[[torch.Tensor], torch.Tensor]
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def gather_rows(
+    classes: Classes, ids: torch.Tensor, *, sparse: bool = False, name: str = "classes"
+) -> torch.Tensor:
+    """Rows ``classes[ids]`` of a class table, or ``classes(ids)`` of an item encoder.
+
+    ``classes``: (|V|, d) table or a callable ids (n,) → (n, d); ``ids``: (n,) integer.
+    A half-precision table is gathered **once per distinct id** and upcast to float32
+    before the repeats are expanded, so the gradient of a repeated id is accumulated in
+    float32: two large partial gradients can no longer overflow float16 separately and
+    meet as ``+inf − inf = NaN`` in the table's backward. ``sparse=True`` gathers with
+    ``F.embedding(..., sparse=True)`` (sparse gradient of the table). Returns (n, d).
+    """
+    if isinstance(classes, torch.Tensor):
+        check_tensor(name, classes, ("|V|", "d"), floating=True)
+        check_ids("ids", ids, classes.shape[0])
+        ids = ids.to(classes.device).long()
+        if classes.dtype in _HALF:
+            uniq, inverse = torch.unique(ids, return_inverse=True)
+            rows = torch.nn.functional.embedding(uniq, classes, sparse=sparse)
+            return rows.float()[inverse]
+        if sparse:
+            return torch.nn.functional.embedding(ids, classes, sparse=True)
+        return classes[ids]
+    if not callable(classes):
+        raise ValueError(
+            f"{name} must be a class table (|V|, d) or an item encoder, got "
+            f"{type(classes).__name__}"
+        )
+    rows = classes(ids)
+    if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != ids.shape[0]:
+        got = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
+        raise ValueError(
+            f"the item encoder ({name}) must map ids ({ids.shape[0]},) to embeddings "
+            f"({ids.shape[0]}, d), got {got}"
+        )
+    return rows
+
+
+def _check_columns(name: str, tensor: torch.Tensor, num_cols: int) -> None:
+    """(C,) or (B, C)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.dim() not in (1, 2) or tensor.shape[-1] != num_cols:
+        raise ValueError(
+            f"{name} must have shape (C,) or (B, C) with C = {num_cols} (embeddings), "
+            f"got {tuple(tensor.shape)}"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class CandidateSet:
+    """Candidate columns: ``embeddings`` (C, d), ``ids`` (C,), ``log_q``, ``mask``, ``bias``.
+
+    A column ``j`` enters a loss as the logit ``(u_i·v_j + b_j) / τ − log Q_ij`` for row
+    ``i``, and only where ``mask[i, j]`` is True (True = valid; None = all valid). ``log_q``
+    is the log *expected count* of the column's item in the candidate set (see the
+    notation page), (C,) or per row (B, C), or None for no correction; it never gets a
+    gradient. ``ids`` are int64 (other integer dtypes are converted). Checked here, once:
+    shapes, dtypes, one device for every tensor, and — while
+    :func:`~candidate_sampling.get_validate_args` is on — ids ≥ 0 and a finite log Q.
+    Chapters 4–9.
+    """
+
+    embeddings: torch.Tensor
+    ids: torch.Tensor
+    log_q: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        check_tensor("embeddings", self.embeddings, ("C", "d"), floating=True, allow_empty=True)
+        num, device = self.embeddings.shape[0], self.embeddings.device
+        check_tensor("ids", self.ids, (num,), floating=False, allow_empty=True)
+        if self.ids.dtype == torch.bool:
+            raise ValueError("ids must be an integer tensor of ids, got torch.bool")
+        if self.ids.dtype != torch.int64:
+            object.__setattr__(self, "ids", self.ids.long())
+        for name in ("ids", "log_q", "mask", "bias"):
+            value = getattr(self, name)
+            if value is not None and isinstance(value, torch.Tensor) and value.device != device:
+                raise ValueError(
+                    f"{name} must be on the embeddings' device {device}, got {value.device}"
+                )
+        if self.log_q is not None:
+            _check_columns("log_q", self.log_q, num)
+            if not self.log_q.is_floating_point():
+                raise ValueError(f"log_q must be a floating-point tensor, got {self.log_q.dtype}")
+            check_finite("log_q", self.log_q)
+        if self.mask is not None:
+            _check_columns("mask", self.mask, num)
+            if self.mask.dtype != torch.bool:
+                raise ValueError(f"mask must be a bool tensor (True = valid), got {self.mask.dtype}")
+        if (
+            self.log_q is not None
+            and self.mask is not None
+            and self.log_q.dim() == 2
+            and self.mask.dim() == 2
+            and self.log_q.shape[0] != self.mask.shape[0]
+        ):
+            raise ValueError(
+                f"log_q and mask must have the same number of rows B, got "
+                f"{self.log_q.shape[0]} and {self.mask.shape[0]}"
+            )
+        if self.bias is not None:
+            check_tensor("bias", self.bias, (num,), floating=True, allow_empty=True)
+        if get_validate_args() and num and int(self.ids.min()) < 0:
+            raise ValueError(f"ids must be >= 0, got {int(self.ids.min())}")
+
+    # ------------------------------------------------------------------ properties
+    @classmethod
+    def _unchecked(cls, embeddings, ids, log_q=None, mask=None, bias=None) -> CandidateSet:
+        """A set built from parts that were checked already (concat, slicing)."""
+        out = object.__new__(cls)
+        for name, value in zip(
+            ("embeddings", "ids", "log_q", "mask", "bias"), (embeddings, ids, log_q, mask, bias)
+        ):
+            object.__setattr__(out, name, value)
+        return out
+
+    @property
+    def num_candidates(self) -> int:
+        """C, the number of columns."""
+        return int(self.embeddings.shape[0])
+
+    def __len__(self) -> int:
+        return self.num_candidates
+
+    @property
+    def dim(self) -> int:
+        """d, the embedding size."""
+        return int(self.embeddings.shape[1])
+
+    @property
+    def device(self) -> torch.device:
+        return self.embeddings.device
+
+    @property
+    def batch_size(self) -> int | None:
+        """B when log Q or the mask is per row (B, C); None when every column is shared."""
+        for t in (self.log_q, self.mask):
+            if t is not None and t.dim() == 2:
+                return int(t.shape[0])
+        return None
+
+    def __repr__(self) -> str:
+        def shape(t):
+            return None if t is None else tuple(t.shape)
+
+        return (
+            f"CandidateSet(C={self.num_candidates}, d={self.dim}, log_q={shape(self.log_q)}, "
+            f"mask={shape(self.mask)}, bias={shape(self.bias)}, dtype={self.embeddings.dtype})"
+        )
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_ids(
+        cls,
+        ids: torch.Tensor,
+        classes: Classes,
+        *,
+        log_q: torch.Tensor | float | None = None,
+        mask: torch.Tensor | None = None,
+        class_bias: torch.Tensor | None = None,
+        sparse: bool = False,
+    ) -> CandidateSet:
+        """Columns for given ``ids`` (C,), rows gathered from ``classes`` (table or encoder).
+
+        ``log_q``: (C,), (B, C), a float given to every column (e.g. 0 = an expected count
+        of 1, a mined negative), or None; ``mask``: (C,) or (B, C) bool, True = valid;
+        ``class_bias``: (|V|,) per-class score bias, gathered at ``ids``. Half-precision
+        tables are gathered as in :func:`gather_rows` (float32 gradients of repeated ids).
+        """
+        check_tensor("ids", ids, ("C",), floating=False, allow_empty=True)
+        embeddings = gather_rows(classes, ids, sparse=sparse)
+        ids = ids.to(embeddings.device)
+        if isinstance(log_q, (int, float)) and not isinstance(log_q, bool):
+            log_q = torch.full(ids.shape, float(log_q), device=embeddings.device)
+        bias = None
+        if class_bias is not None:
+            check_tensor("class_bias", class_bias, ("|V|",), floating=True)
+            bias = class_bias[ids.to(class_bias.device).long()].to(embeddings.device)
+        return cls(embeddings, ids, log_q, mask, bias)
+
+    @classmethod
+    def from_draw(
+        cls,
+        draw,
+        classes: Classes,
+        *,
+        class_bias: torch.Tensor | None = None,
+        correct: bool = True,
+        sparse: bool = False,
+    ) -> CandidateSet:
+        """The ``k`` sampled columns of a :class:`~candidate_sampling.sampling.samplers.CandidateDraw`.
+
+        Rows of ``draw.ids`` from a class table (|V|, d) or an item encoder; ``log_q`` =
+        ``draw.log_q``, the log expected count of each sampled id under the draw (TF's
+        ``sampled_expected_count``), or None with ``correct=False`` (negative sampling).
+        Chapters 3–5.
+        """
+        from candidate_sampling.sampling.samplers import CandidateDraw
+
+        if not isinstance(draw, CandidateDraw):
+            raise ValueError(f"draw must be a CandidateDraw, got {type(draw).__name__}")
+        return cls.from_ids(
+            draw.ids,
+            classes,
+            log_q=draw.log_q if correct else None,
+            class_bias=class_bias,
+            sparse=sparse,
+        )
+
+    @classmethod
+    def positives_of(
+        cls,
+        positive_ids: torch.Tensor,
+        classes: Classes,
+        *,
+        draw=None,
+        class_bias: torch.Tensor | None = None,
+        correct: bool = True,
+        sparse: bool = False,
+    ) -> CandidateSet:
+        """Each row's positive column(s) from a class table or encoder (sampled losses).
+
+        ``positive_ids``: (B,) or (B, T) for ``T`` positives per row (TF's ``num_true``),
+        flattened row-major into ``B·T`` columns. ``draw``: the
+        :class:`~candidate_sampling.sampling.samplers.CandidateDraw` of the same step,
+        made with these ``positive_ids``; its ``positive_log_q`` (TF's
+        ``true_expected_count``) becomes the columns' log Q. A draw made for other
+        positives (another shape, or no ``positive_log_q``) is an error.
+        ``correct=False`` or no draw: no correction. Chapters 3–4.
+        """
+        if not isinstance(positive_ids, torch.Tensor) or positive_ids.dim() not in (1, 2):
+            got = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
+            raise ValueError(f"positive_ids must have shape (B,) or (B, T), got {got}")
+        log_q = None
+        if draw is not None and correct:
+            log_q = draw.positive_log_q
+            if log_q is None:
+                raise ValueError(
+                    "draw was made without positive_ids (draw.positive_log_q is None): "
+                    "sample with positive_ids=... to correct the positives"
+                )
+            if tuple(log_q.shape) != tuple(positive_ids.shape):
+                raise ValueError(
+                    f"draw was made for positive_ids of shape {tuple(log_q.shape)}, "
+                    f"got positive_ids of shape {tuple(positive_ids.shape)}"
+                )
+            log_q = log_q.reshape(-1)
+        flat = positive_ids.reshape(-1)
+        out = cls.from_ids(flat, classes, class_bias=class_bias, sparse=sparse)
+        if log_q is not None:
+            out = cls(out.embeddings, out.ids, log_q.to(out.device, torch.float32), None, out.bias)
+        return out
+
+    @classmethod
+    def from_batch(
+        cls,
+        embeddings: torch.Tensor,
+        ids: torch.Tensor,
+        *,
+        item_probabilities: torch.Tensor | None = None,
+        frequency_estimator=None,
+        num_draws: int | None = None,
+    ) -> CandidateSet:
+        """The batch's own positives as columns, log Q from :mod:`~candidate_sampling.sampling.frequency`.
+
+        ``embeddings``: (B, d) row ``i``'s positive; ``ids``: (B,). log Q (at most one
+        source): ``item_probabilities`` (|V|,) ``p(y)`` → ``log(n·p(y))``, the expected
+        count of ``y`` among ``n = num_draws`` positive draws (default ``n = B``: this
+        batch; pass the global or queue size when the batch is joined with other ranks or
+        a queue of past positives); ``frequency_estimator`` (a
+        :class:`~candidate_sampling.sampling.frequency.StreamingFrequencyEstimator`) →
+        its ``log_inclusion``, which equals the log expected count for rare items
+        (chapter 5). Neither: no correction.
+        """
+        check_tensor("embeddings", embeddings, ("B", "d"), floating=True)
+        check_tensor("ids", ids, (embeddings.shape[0],), floating=False)
+        if item_probabilities is not None and frequency_estimator is not None:
+            raise ValueError("give item_probabilities or frequency_estimator, not both")
+        log_q = None
+        if item_probabilities is not None:
+            from candidate_sampling.sampling.frequency import mixed_log_q
+
+            check_tensor("item_probabilities", item_probabilities, ("|V|",), floating=True)
+            check_probabilities("item_probabilities", item_probabilities)
+            check_ids("ids", ids, item_probabilities.shape[0])
+            n = embeddings.shape[0] if num_draws is None else num_draws
+            check_int_range("num_draws", n, 1)
+            p = item_probabilities[ids.to(item_probabilities.device).long()]
+            log_q = mixed_log_q(p, p, batch_size=n, num_samples=0)
+        elif frequency_estimator is not None:
+            from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator
+
+            if not isinstance(frequency_estimator, StreamingFrequencyEstimator):
+                raise ValueError(
+                    "frequency_estimator must be a StreamingFrequencyEstimator, got "
+                    f"{type(frequency_estimator).__name__}"
+                )
+            log_q = frequency_estimator.log_inclusion(ids)
+        ids = ids.to(embeddings.device)
+        if log_q is not None:
+            log_q = log_q.to(embeddings.device, torch.float32)
+        return cls(embeddings, ids, log_q)
+
+    # ------------------------------------------------------------------ combining
+    @staticmethod
+    def concat(*sets: CandidateSet) -> CandidateSet:
+        """Join sets column-wise: ``[a's columns | b's columns | ...]``, each keeping its own
+        log Q, mask and bias.
+
+        Parts without a log Q (or bias) get 0 in those columns (an uncorrected column) when
+        another part has one; parts without a mask are all valid. A per-row part (B, C_k)
+        broadcasts the shared (C_j,) parts to (B, C_j); per-row parts must agree on B.
+        Embeddings are promoted to a common dtype (never rounded down). ``a + b`` is
+        ``CandidateSet.concat(a, b)``.
+        """
+        if not sets:
+            raise ValueError("concat needs at least one CandidateSet")
+        for i, s in enumerate(sets):
+            if not isinstance(s, CandidateSet):
+                raise ValueError(f"sets[{i}] must be a CandidateSet, got {type(s).__name__}")
+        if len(sets) == 1:
+            return sets[0]
+        dims = {s.dim for s in sets}
+        if len(dims) > 1:
+            raise ValueError(f"every set must have the same embedding size d, got {sorted(dims)}")
+        devices = {s.device for s in sets}
+        if len(devices) > 1:
+            raise ValueError(f"every set must be on one device, got {sorted(map(str, devices))}")
+        rows = {s.batch_size for s in sets} - {None}
+        if len(rows) > 1:
+            raise ValueError(f"per-row (B, C) parts must agree on B, got {sorted(rows)}")
+        batch = rows.pop() if rows else None
+        dtype = sets[0].embeddings.dtype
+        for s in sets[1:]:
+            dtype = torch.promote_types(dtype, s.embeddings.dtype)
+        embeddings = torch.cat([s.embeddings.to(dtype) for s in sets])
+        ids = torch.cat([s.ids for s in sets])
+
+        def column(name: str, fill, make_dtype) -> torch.Tensor | None:
+            parts = [getattr(s, name) for s in sets]
+            if all(p is None for p in parts):
+                return None
+            per_row = batch is not None and any(p is not None and p.dim() == 2 for p in parts)
+            out = []
+            for s, p in zip(sets, parts):
+                if p is None:
+                    p = torch.full((s.num_candidates,), fill, dtype=make_dtype, device=s.device)
+                if per_row and p.dim() == 1:
+                    p = p[None, :].expand(batch, -1)
+                out.append(p)
+            return torch.cat(out, dim=-1)
+
+        log_dtype = torch.float32
+        for s in sets:
+            if s.log_q is not None:
+                log_dtype = torch.promote_types(log_dtype, s.log_q.dtype)
+        log_q = column("log_q", 0.0, log_dtype)
+        if log_q is not None:
+            log_q = log_q.to(log_dtype)
+        mask = column("mask", True, torch.bool)
+        bias_dtype = torch.float32
+        for s in sets:
+            if s.bias is not None:
+                bias_dtype = torch.promote_types(bias_dtype, s.bias.dtype)
+        bias = column("bias", 0.0, bias_dtype)
+        if bias is not None:
+            bias = bias.to(bias_dtype)
+        return CandidateSet._unchecked(embeddings, ids, log_q, mask, bias)
+
+    def __add__(self, other: CandidateSet) -> CandidateSet:
+        if not isinstance(other, CandidateSet):
+            return NotImplemented
+        return CandidateSet.concat(self, other)
+
+    def select(self, columns: torch.Tensor | slice) -> CandidateSet:
+        """The columns ``columns`` (an index tensor or a slice) of this set, with their
+        log Q, mask and bias."""
+
+        def pick(t):
+            return None if t is None else t[..., columns]
+
+        return CandidateSet._unchecked(
+            self.embeddings[columns], self.ids[columns], pick(self.log_q), pick(self.mask),
+            None if self.bias is None else self.bias[columns],
+        )
+
+    def with_mask(self, mask: torch.Tensor | None) -> CandidateSet:
+        """The same columns with validity ``mask`` ((C,) or (B, C) bool, True = valid)
+        ANDed into the set's own mask (None: the set's mask is kept)."""
+        if mask is None:
+            return self
+        _check_columns("mask", mask, self.num_candidates)
+        if mask.dtype != torch.bool:
+            raise ValueError(f"mask must be a bool tensor (True = valid), got {mask.dtype}")
+        mask = mask.to(self.device)
+        if self.mask is not None:
+            mask = mask & self.mask
+        return CandidateSet._unchecked(self.embeddings, self.ids, self.log_q, mask, self.bias)
+
+    def detach(self) -> CandidateSet:
+        """The same set with embeddings (and bias) detached: a queue's stored columns."""
+        return CandidateSet._unchecked(
+            self.embeddings.detach(), self.ids, self.log_q, self.mask,
+            None if self.bias is None else self.bias.detach(),
+        )
