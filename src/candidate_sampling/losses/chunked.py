@@ -1,0 +1,477 @@
+"""The exact full-softmax cross-entropy in chunks: never the (N, |V|) logits (chapter 10).
+
+``chunked_softmax_cross_entropy(query, classes, positive_ids, *, ...)`` is the full
+softmax of chapter 1 over a class-embedding table, computed the way large-vocabulary
+language models compute it (Cut Cross-Entropy, Liger's fused linear cross-entropy,
+torch's ``F.linear_cross_entropy``): the logits
+
+    o_ij = q_i · c_j / τ + b_j
+
+exist one block at a time, so the loss needs memory for one block, not for N × |V|.
+Two ways to cut the logit matrix into blocks:
+
+* ``method="vocab"`` — blocks of ``chunk_size`` classes (columns). The forward
+  accumulates each row's log-sum-exp over the blocks with an online max and sum (float32
+  or better, as flash attention does) and keeps only (N,) numbers; the backward
+  recomputes each block's logits and turns them into gradients block by block (a custom
+  :class:`torch.autograd.Function`). Memory: one (N, chunk_size) block, whatever |V| is.
+  Cost: the score matmul twice (forward and backward) plus the two gradient matmuls.
+* ``method="rows"`` — blocks of ``chunk_size`` rows against the whole vocabulary
+  (torch's approach). Each block's softmax is finished at once, so its gradients are
+  computed *inside the forward* and only scaled in the backward: three matmuls, not four,
+  but a (chunk_size, |V|) block and the (|V|, d) class gradient are held from the forward
+  to the backward, and only the ``"mean"`` / ``"sum"`` reductions are possible.
+* ``method="auto"`` picks between them (see :func:`chunked_softmax_cross_entropy`).
+
+Chunking saves memory, not arithmetic: both methods do at least the full softmax's
+``2 N |V| d`` multiply-adds per matmul.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from candidate_sampling._validate import (
+    check_int_range,
+    check_positive,
+    check_reduction,
+    check_same,
+    check_tensor,
+    common_float_dtype,
+    get_validate_args,
+)
+from candidate_sampling.losses.core import _Loss
+
+__all__ = [
+    "chunked_softmax_cross_entropy",
+    "ChunkedSoftmaxCrossEntropy",
+    "default_chunk_size",
+]
+
+METHODS = ("auto", "vocab", "rows")
+
+# The logit block a chunk holds, in elements: 2**21 float32 = 8 MiB. Measured on a 2-core
+# CPU (benchmarks/chunked.py): blocks of 2**20 to 2**23 elements are within noise of
+# each other; smaller blocks pay per-call overhead, larger ones leave the cache.
+_BLOCK_ELEMENTS = 2**21
+
+
+def default_chunk_size(num_rows: int, num_classes: int, method: str = "vocab") -> int:
+    """The chunk length ``chunk_size=None`` stands for: a block of about 2**21 logits.
+
+    ``"vocab"``: classes per block, ``2**21 // num_rows`` clamped to [128, num_classes];
+    ``"rows"``: rows per block, ``2**21 // num_classes`` clamped to [1, num_rows].
+    """
+    if method == "rows":
+        return max(1, min(num_rows, _BLOCK_ELEMENTS // max(num_classes, 1)))
+    return max(1, min(num_classes, max(128, _BLOCK_ELEMENTS // max(num_rows, 1))))
+
+
+def _block(buffer: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """A contiguous (rows, cols) view of the first rows*cols elements of ``buffer``."""
+    return buffer[: rows * cols].view(rows, cols)
+
+
+def _positive_in_block(ids: torch.Tensor, start: int, width: int):
+    """(local column clamped into the block (N, 1), whether the positive is in it (N,))."""
+    local = ids - start
+    inside = (local >= 0) & (local < width)
+    return local.clamp(0, width - 1).unsqueeze(1), inside
+
+
+class _VocabChunked(torch.autograd.Function):
+    """Per-row loss (n,) with the log-sum-exp accumulated over class blocks.
+
+    Inputs: query (n, d), classes (V, d), bias (V,) or None, temperature (0-dim tensor)
+    or None, tau (float, used when temperature is None), ids (n,) in [0, V), chunk, dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, query, classes, bias, temperature, tau, ids, chunk, dtype):
+        n, _ = query.shape
+        num_classes = classes.shape[0]
+        scale = temperature.detach().to(dtype) if temperature is not None else tau
+        q = query.detach().to(dtype) / scale  # (n, d): q_i / τ, the matmul's left factor
+        buffer = torch.empty(n * min(chunk, num_classes), dtype=dtype, device=q.device)
+        run_max = torch.full((n,), float("-inf"), dtype=dtype, device=q.device)
+        run_sum = torch.zeros(n, dtype=dtype, device=q.device)
+        positive = torch.zeros(n, dtype=dtype, device=q.device)
+        for start in range(0, num_classes, chunk):
+            width = min(chunk, num_classes - start)
+            block = _block(buffer, n, width)
+            weights = classes[start : start + width].detach().to(dtype)
+            if bias is None:
+                torch.mm(q, weights.T, out=block)
+            else:
+                b = bias[start : start + width].detach().to(dtype)
+                torch.addmm(b, q, weights.T, out=block)
+            local, inside = _positive_in_block(ids, start, width)
+            positive = torch.where(inside, block.gather(1, local).squeeze(1), positive)
+            new_max = torch.maximum(run_max, block.amax(1))
+            # rescale the old sum to the new max, then add this block's exp-sum
+            run_sum.mul_(torch.exp(run_max - new_max))
+            run_sum.add_(block.sub_(new_max.unsqueeze(1)).exp_().sum(1))
+            run_max = new_max
+        lse = run_max + torch.log(run_sum)
+        ctx.save_for_backward(query, classes, bias, temperature, ids, lse)
+        ctx.tau, ctx.chunk, ctx.dtype = tau, chunk, dtype
+        return lse - positive
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        query, classes, bias, temperature, ids, lse = ctx.saved_tensors
+        dtype, chunk = ctx.dtype, ctx.chunk
+        need_q, need_c, need_b, need_t = ctx.needs_input_grad[:4]
+        n, d = query.shape
+        num_classes = classes.shape[0]
+        scale = temperature.detach().to(dtype) if temperature is not None else ctx.tau
+        q = query.detach().to(dtype) / scale
+        g = grad_loss.to(dtype)
+        q_g = q * g.unsqueeze(1) if need_c else None  # (n, d): g_i q_i / τ
+        acc_q = torch.zeros(n, d, dtype=dtype, device=q.device) if need_q or need_t else None
+        grad_c = torch.empty_like(classes) if need_c else None
+        grad_b = torch.empty(num_classes, dtype=dtype, device=q.device) if need_b else None
+        buffer = torch.empty(n * min(chunk, num_classes), dtype=dtype, device=q.device)
+        neg_lse = (-lse).unsqueeze(1)
+        for start in range(0, num_classes, chunk):
+            width = min(chunk, num_classes - start)
+            block = _block(buffer, n, width)
+            weights = classes[start : start + width].to(dtype)
+            if bias is None:
+                torch.mm(q, weights.T, out=block)
+            else:
+                torch.addmm(bias[start : start + width].to(dtype), q, weights.T, out=block)
+            # p_ij − y_ij: softmax from the saved log-sum-exp, minus one at the positive
+            block.add_(neg_lse).exp_()
+            local, inside = _positive_in_block(ids, start, width)
+            block.scatter_add_(1, local, -inside.to(dtype).unsqueeze(1))
+            if acc_q is not None:  # Σ_j (p_ij − y_ij) c_j
+                acc_q.addmm_(block, weights)
+            if grad_c is not None:  # Σ_i g_i (p_ij − y_ij) q_i / τ
+                if grad_c.dtype == dtype:
+                    torch.mm(block.T, q_g, out=grad_c[start : start + width])
+                else:
+                    grad_c[start : start + width] = block.T @ q_g
+            if grad_b is not None:
+                torch.mv(block.T, g, out=grad_b[start : start + width])
+        grad_q = grad_t = None
+        if acc_q is not None:
+            acc_q.mul_(g.unsqueeze(1))  # G_i = g_i Σ_j (p_ij − y_ij) c_j
+            if need_t:  # ∂L/∂τ = −Σ_i (q_i / τ) · G_i / τ
+                grad_t = (-(q * acc_q).sum() / scale).to(temperature.dtype)
+                grad_t = grad_t.reshape(temperature.shape)
+            if need_q:
+                grad_q = (acc_q / scale).to(query.dtype)
+        if grad_b is not None:
+            grad_b = grad_b.to(bias.dtype)
+        return grad_q, grad_c, grad_b, grad_t, None, None, None, None
+
+
+class _RowsChunked(torch.autograd.Function):
+    """Σ_i r_i ℓ_i over row blocks, every gradient computed in the forward (torch's way).
+
+    Inputs as :class:`_VocabChunked`, plus ``row_scale`` (n,): the weight of each row's
+    loss in the returned scalar (1/n for a plain mean). Its own gradient is ℓ_i.
+    """
+
+    @staticmethod
+    def forward(ctx, query, classes, bias, temperature, row_scale, tau, ids, chunk, dtype):
+        n, d = query.shape
+        num_classes = classes.shape[0]
+        need_q, need_c, need_b, need_t = ctx.needs_input_grad[:4]
+        scale = temperature.detach().to(dtype) if temperature is not None else tau
+        q = query.detach().to(dtype) / scale
+        r = row_scale.detach().to(dtype)
+        weights = classes.detach().to(dtype)  # a float32 copy only for half classes
+        b = bias.detach().to(dtype) if bias is not None else None
+        acc_q = torch.empty(n, d, dtype=dtype, device=q.device) if need_q or need_t else None
+        grad_c = torch.zeros(num_classes, d, dtype=dtype, device=q.device) if need_c else None
+        grad_b = torch.zeros(num_classes, dtype=dtype, device=q.device) if need_b else None
+        losses = torch.empty(n, dtype=dtype, device=q.device)
+        buffer = torch.empty(min(chunk, n) * num_classes, dtype=dtype, device=q.device)
+        for start in range(0, n, chunk):
+            rows = min(chunk, n - start)
+            block = _block(buffer, rows, num_classes)
+            q_rows = q[start : start + rows]
+            if b is None:
+                torch.mm(q_rows, weights.T, out=block)
+            else:
+                torch.addmm(b, q_rows, weights.T, out=block)
+            ids_rows = ids[start : start + rows].unsqueeze(1)
+            positive = block.gather(1, ids_rows).squeeze(1)
+            row_max = block.amax(1, keepdim=True)
+            total = block.sub_(row_max).exp_().sum(1, keepdim=True)
+            losses[start : start + rows] = (row_max + total.log()).squeeze(1) - positive
+            block.div_(total)  # p_ij
+            block.scatter_add_(
+                1, ids_rows, torch.full_like(ids_rows, -1, dtype=dtype)
+            )  # p_ij − y_ij
+            r_rows = r[start : start + rows]
+            if acc_q is not None:
+                torch.mm(block, weights, out=acc_q[start : start + rows])
+                acc_q[start : start + rows].mul_(r_rows.unsqueeze(1))
+            if grad_c is not None:
+                grad_c.addmm_(block.T, q_rows * r_rows.unsqueeze(1))
+            if grad_b is not None:
+                grad_b.addmv_(block.T, r_rows)
+        del buffer
+        grad_q = grad_t = None
+        if acc_q is not None:
+            if need_t:
+                grad_t = -(q * acc_q).sum() / scale
+            grad_q = acc_q.div_(scale) if need_q else None
+        ctx.save_for_backward(grad_q, grad_c, grad_b, grad_t, losses)
+        ctx.dtypes = (
+            query.dtype,
+            classes.dtype,
+            None if bias is None else bias.dtype,
+            None if temperature is None else temperature.dtype,
+            row_scale.dtype,
+        )
+        ctx.t_shape = None if temperature is None else temperature.shape
+        return (r * losses).sum()
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        grad_q, grad_c, grad_b, grad_t, losses = ctx.saved_tensors
+        dq, dc, db, dt, dr = ctx.dtypes
+        go = grad_out.to(losses.dtype)
+
+        def scaled(grad, dtype):
+            return None if grad is None else (grad * go).to(dtype)
+
+        grad_t = scaled(grad_t, dt)
+        if grad_t is not None:
+            grad_t = grad_t.reshape(ctx.t_shape)
+        grad_r = (losses * go).to(dr) if ctx.needs_input_grad[4] else None
+        return (
+            scaled(grad_q, dq),
+            scaled(grad_c, dc),
+            scaled(grad_b, db),
+            grad_t,
+            grad_r,
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+def _check_inputs(query, classes, positive_ids, class_bias, sample_weight, ignore_index):
+    check_tensor("query", query, ("N", "d"), floating=True)
+    check_tensor("classes", classes, ("|V|", "d"), floating=True)
+    check_same("embedding dimension d", query=query.shape[1], classes=classes.shape[1])
+    check_tensor("positive_ids", positive_ids, ("N",), floating=False)
+    if positive_ids.dtype == torch.bool:
+        raise ValueError("positive_ids must be an integer tensor of ids, got torch.bool")
+    check_same("number of rows N", query=query.shape[0], positive_ids=positive_ids.shape[0])
+    if class_bias is not None:
+        check_tensor("class_bias", class_bias, ("|V|",), floating=True)
+        check_same(
+            "number of classes |V|", classes=classes.shape[0], class_bias=class_bias.shape[0]
+        )
+    if sample_weight is not None:
+        check_tensor("sample_weight", sample_weight, ("N",), floating=True)
+        check_same(
+            "number of rows N", query=query.shape[0], sample_weight=sample_weight.shape[0]
+        )
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise ValueError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
+    for name, t in (
+        ("classes", classes),
+        ("positive_ids", positive_ids),
+        ("class_bias", class_bias),
+        ("sample_weight", sample_weight),
+    ):
+        if t is not None and t.device != query.device:
+            raise ValueError(f"{name} must be on query's device {query.device}, got {t.device}")
+    if get_validate_args():
+        num_classes = classes.shape[0]
+        kept = positive_ids[positive_ids != ignore_index]
+        if kept.numel() and (int(kept.min()) < 0 or int(kept.max()) >= num_classes):
+            raise ValueError(
+                f"positive_ids must lie in [0, {num_classes}) or equal ignore_index "
+                f"({ignore_index}), got values in [{int(kept.min())}, {int(kept.max())}]"
+            )
+
+
+def chunked_softmax_cross_entropy(
+    query: torch.Tensor,
+    classes: torch.Tensor,
+    positive_ids: torch.Tensor,
+    *,
+    class_bias: torch.Tensor | None = None,
+    temperature: float | torch.Tensor = 1.0,
+    ignore_index: int = -100,
+    sample_weight: torch.Tensor | None = None,
+    reduction: str = "mean",
+    chunk_size: int | None = None,
+    method: str = "auto",
+) -> torch.Tensor:
+    """The exact full-softmax cross-entropy over ``classes``, without the (N, |V|) logits.
+
+    With logits ``o_ij = q_i · c_j / τ + b_j`` over every class ``j`` of the table,
+
+        ℓ_i = log Σ_j exp(o_ij) − o_{i, t_i}
+
+    — the same number as ``F.cross_entropy(query @ classes.T / τ + class_bias,
+    positive_ids)``, with every gradient (query, classes, class_bias, a tensor
+    temperature), but holding one block of logits at a time (chapter 10).
+
+    Shapes: ``query`` (N, d), ``classes`` (|V|, d), ``positive_ids`` (N,) integer ids in
+    ``[0, |V|)`` or equal to ``ignore_index``; ``class_bias`` (|V|,) or None;
+    ``sample_weight`` (N,) or None. ``temperature``: a float > 0 or a 0-dim / one-element
+    tensor (a learnable temperature gets its gradient).
+
+    Rows whose id equals ``ignore_index`` (default -100, as ``F.cross_entropy``) are
+    dropped before any matmul: they cost nothing, get a zero gradient and a 0 loss.
+    Reduction, as ``F.cross_entropy`` with per-*row* weights ``w = sample_weight``
+    (``w = 1`` when None), over the kept rows K:
+
+    * ``"none"``: (N,) with ``w_i ℓ_i`` for kept rows and 0 for ignored ones;
+    * ``"sum"``: ``Σ_{i∈K} w_i ℓ_i``;
+    * ``"mean"``: ``Σ_{i∈K} w_i ℓ_i / Σ_{i∈K} w_i`` (the plain mean over kept rows
+      without ``sample_weight``). If every row is ignored this is 0/0 = NaN, as in
+      ``F.cross_entropy``. ``sample_weight`` may require grad (it gets one).
+
+    Precision: computed in ``common_float_dtype`` of the inputs (float32 for float16 /
+    bfloat16 inputs, float64 for float64): every block's logits, the running max and sum
+    of the log-sum-exp, and the gradient accumulators. The loss is returned in that
+    dtype; gradients in each input's own dtype. NaN or inf in an input gives NaN in the
+    loss (never hidden).
+
+    ``method``: ``"vocab"`` (blocks of ``chunk_size`` classes; logits recomputed in the
+    backward; memory of one (N, chunk_size) block), ``"rows"`` (blocks of ``chunk_size``
+    rows against all classes, gradients computed in the forward; only for ``"mean"`` and
+    ``"sum"``; holds a (chunk_size, |V|) block and the (|V|, d) class gradient from the
+    forward on), or ``"auto"``: ``"vocab"``. ``chunk_size``: classes per block
+    (``"vocab"``) or rows per block (``"rows"``); None for
+    :func:`default_chunk_size` (a block of about 2**21 logits, 8 MiB in float32).
+
+    Differences from ``F.linear_cross_entropy``: the temperature, per-row
+    ``sample_weight`` (not per-class ``weight``), ignored rows removed before the
+    matmuls, and the vocabulary-chunked form (memory independent of |V|). Double
+    backward is not supported.
+    """
+    _check_inputs(query, classes, positive_ids, class_bias, sample_weight, ignore_index)
+    check_reduction(reduction)
+    check_positive("temperature", temperature)
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if chunk_size is not None:
+        check_int_range("chunk_size", chunk_size, 1)
+    if method == "rows" and reduction == "none":
+        raise ValueError(
+            'method="rows" computes the gradients in the forward and needs reduction '
+            '"mean" or "sum", got reduction="none"; use method="vocab"'
+        )
+    dtype = common_float_dtype(query=query, classes=classes, class_bias=class_bias)
+    if method == "auto":
+        method = "vocab"
+    num_rows, num_classes = query.shape[0], classes.shape[0]
+
+    temp_tensor, tau = None, 1.0
+    if isinstance(temperature, torch.Tensor):
+        if temperature.requires_grad:
+            temp_tensor = temperature.reshape(())
+        else:
+            tau = float(temperature)
+    else:
+        tau = float(temperature)
+
+    keep = positive_ids != ignore_index
+    all_kept = bool(keep.all())
+    if all_kept:
+        q, ids, index = query, positive_ids, None
+    else:
+        index = keep.nonzero().squeeze(1)
+        q, ids = query.index_select(0, index), positive_ids.index_select(0, index)
+    ids = ids.long()
+    weight = None
+    if sample_weight is not None:
+        weight = sample_weight.to(dtype) if sample_weight.dtype != dtype else sample_weight
+        weight = weight if index is None else weight.index_select(0, index)
+    kept = q.shape[0]
+
+    if method == "rows":
+        chunk = chunk_size or default_chunk_size(kept, num_classes, "rows")
+        if weight is None:
+            denominator = kept if reduction == "mean" else 1
+            row_scale = torch.full((kept,), 1.0 / denominator if kept else 0.0, dtype=dtype)
+            row_scale = row_scale.to(query.device)
+        else:
+            row_scale = weight / weight.sum() if reduction == "mean" else weight
+        total = _RowsChunked.apply(
+            q, classes, class_bias, temp_tensor, row_scale, tau, ids, chunk, dtype
+        )
+        if kept == 0 and reduction == "mean":
+            return total * float("nan")
+        return total
+
+    chunk = chunk_size or default_chunk_size(kept, num_classes, "vocab")
+    losses = _VocabChunked.apply(q, classes, class_bias, temp_tensor, tau, ids, chunk, dtype)
+    if weight is not None:
+        losses = losses * weight
+    if reduction == "sum":
+        return losses.sum()
+    if reduction == "mean":
+        return losses.sum() / (weight.sum() if weight is not None else kept)
+    if index is None:
+        return losses
+    return torch.zeros(num_rows, dtype=losses.dtype, device=losses.device).index_copy(
+        0, index, losses
+    )
+
+
+class ChunkedSoftmaxCrossEntropy(_Loss):
+    """Module form of :func:`chunked_softmax_cross_entropy` (chapter 10).
+
+    ``ChunkedSoftmaxCrossEntropy(*, temperature=1.0, reduction="mean", ignore_index=-100,
+    chunk_size=None, method="auto")``; ``forward(query (N, d), classes (|V|, d),
+    positive_ids (N,), *, class_bias=None, sample_weight=None)`` → loss. Owns no
+    parameters (pass a learnable temperature as a tensor).
+    """
+
+    _options = ("temperature", "reduction", "ignore_index", "chunk_size", "method")
+
+    def __init__(
+        self,
+        *,
+        temperature: float | torch.Tensor = 1.0,
+        reduction: str = "mean",
+        ignore_index: int = -100,
+        chunk_size: int | None = None,
+        method: str = "auto",
+    ) -> None:
+        super().__init__(temperature=temperature, reduction=reduction)
+        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+            raise ValueError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
+        if chunk_size is not None:
+            check_int_range("chunk_size", chunk_size, 1)
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        self.ignore_index = ignore_index
+        self.chunk_size = chunk_size
+        self.method = method
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        classes: torch.Tensor,
+        positive_ids: torch.Tensor,
+        *,
+        class_bias: torch.Tensor | None = None,
+        sample_weight: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return chunked_softmax_cross_entropy(
+            query,
+            classes,
+            positive_ids,
+            class_bias=class_bias,
+            temperature=self.temperature,
+            ignore_index=self.ignore_index,
+            sample_weight=sample_weight,
+            reduction=self.reduction,
+            chunk_size=self.chunk_size,
+            method=self.method,
+        )
