@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from candidate_sampling.eval import KnownPairs
 from candidate_sampling.eval.baselines import (
     ease_scores,
     ease_weights,
@@ -23,7 +24,7 @@ def _matrix(seed=0, users=12, items=9, density=0.35, dtype=torch.float64):
 def test_interaction_matrix_marks_each_pair_once():
     users = torch.tensor([0, 0, 2, 2, 2])
     items = torch.tensor([1, 3, 0, 0, 4])
-    x = interaction_matrix(users, items, 3, 5)
+    x = interaction_matrix(KnownPairs(users, items, num_items=5))
     want = torch.zeros(3, 5)
     for u, i in zip(users.tolist(), items.tolist()):
         want[u, i] = 1
@@ -124,9 +125,9 @@ def test_ranks_from_scores_match_positive_ranks(exclude, chunk):
     users = torch.randint(0, 6, (25,), generator=g)
     positives = torch.randint(0, 20, (25,), generator=g)
     seen = (torch.randint(0, 6, (40,), generator=g), torch.randint(0, 20, (40,), generator=g))
-    ex = seen if exclude else None
-    got = ranks_from_scores(ue @ ie.T, users, positives, exclude=ex, chunk_size=chunk)
-    want = positive_ranks(ue, ie, users, positives, exclude=ex)
+    ex = KnownPairs(*seen, num_items=20) if exclude else None
+    got = ranks_from_scores(ue @ ie.T, users, positives, known=ex, chunk_size=chunk)
+    want = positive_ranks(ue, ie, users, positives, known=ex)
     assert torch.equal(got, want)
 
 
@@ -135,8 +136,8 @@ def test_ranks_from_scores_loop_and_positive_never_excluded():
     users = torch.tensor([0, 0, 1])
     positives = torch.tensor([0, 1, 3])
     # user 0 saw items 1 and 0 in training; user 1 saw item 3 (its own positive)
-    seen = (torch.tensor([0, 0, 1]), torch.tensor([1, 0, 3]))
-    got = ranks_from_scores(scores, users, positives, exclude=seen)
+    seen = KnownPairs(torch.tensor([0, 0, 1]), torch.tensor([1, 0, 3]), num_items=4)
+    got = ranks_from_scores(scores, users, positives, known=seen)
     # user 0, positive 0 (0.5): item 1 excluded, item 3 (0.7) higher -> 1
     # user 0, positive 1 (0.9): nothing higher -> 0
     # user 1, positive 3 (0.1): items 0, 1, 2 higher -> 3 (the positive is not removed)
@@ -154,10 +155,14 @@ def test_bad_inputs_fail_fast():
         item_knn_scores(x, k=0)
     with pytest.raises(ValueError, match="positive_ids must lie"):
         ranks_from_scores(x, torch.tensor([0]), torch.tensor([99]))
-    with pytest.raises(ValueError, match="exclude must be a pair"):
-        ranks_from_scores(x, torch.tensor([0]), torch.tensor([1]), exclude=torch.tensor([0]))
-    with pytest.raises(ValueError, match="item_ids must lie"):
-        interaction_matrix(torch.tensor([0]), torch.tensor([5]), 1, 5)
+    with pytest.raises(ValueError, match="known must be a KnownPairs"):
+        ranks_from_scores(x, torch.tensor([0]), torch.tensor([1]), known=torch.tensor([0]))
+    with pytest.raises(ValueError, match="known must be built for the catalogue of 9"):
+        top_k_from_scores(x, 2, known=KnownPairs(torch.tensor([0]), torch.tensor([0]), num_items=8))
+    with pytest.raises(ValueError, match="known must be a KnownPairs"):
+        interaction_matrix((torch.tensor([0]), torch.tensor([5])))
+    with pytest.raises(ValueError, match="num_users must be >= 3"):
+        interaction_matrix(KnownPairs(torch.tensor([2]), torch.tensor([1]), num_items=5), num_users=2)
 
 
 def test_ranks_among_candidates_match_loop():
@@ -166,7 +171,7 @@ def test_ranks_among_candidates_match_loop():
     users = torch.randint(0, 5, (12,), generator=g)
     positives = torch.randint(0, 30, (12,), generator=g)
     candidates = torch.randint(0, 30, (12, 7), generator=g)
-    got = ranks_from_scores(scores, users, positives, candidates=candidates)
+    got = ranks_from_scores(scores, users, positives, candidate_ids=candidates)
     for n in range(12):
         u, t = int(users[n]), int(positives[n])
         want = sum(1 for c in candidates[n].tolist() if scores[u, c] > scores[u, t])
@@ -179,9 +184,9 @@ def test_top_k_from_scores_matches_top_k_items(exclude):
     ue = torch.randn(6, 3, generator=g, dtype=torch.float64)
     ie = torch.randn(25, 3, generator=g, dtype=torch.float64)
     seen = (torch.randint(0, 6, (30,), generator=g), torch.randint(0, 25, (30,), generator=g))
-    ex = seen if exclude else None
+    ex = KnownPairs(*seen, num_items=25) if exclude else None
     assert torch.equal(
-        top_k_from_scores(ue @ ie.T, 5, exclude=ex), top_k_items(ue, ie, 5, exclude=ex)
+        top_k_from_scores(ue @ ie.T, 5, known=ex), top_k_items(ue, ie, 5, known=ex)
     )
 
 
@@ -240,3 +245,19 @@ def test_shared_history_tower_bad_inputs():
         tower(history=torch.tensor([[-2, 1]]))
     with pytest.raises(ValueError, match="item_tower must be an ItemTower"):
         SharedHistoryTower(torch.nn.Linear(2, 2))
+
+
+def test_nan_scores_and_counts_are_errors():
+    x = _matrix()
+    bad = x.clone()
+    bad[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="scores must be finite"):
+        ranks_from_scores(bad, torch.tensor([0]), torch.tensor([1]))
+    with pytest.raises(ValueError, match="scores must be finite"):
+        top_k_from_scores(bad, 2)
+    with pytest.raises(ValueError, match="x must be finite"):
+        ease_weights(bad, 1.0)
+    with pytest.raises(ValueError, match="x must be finite"):
+        item_knn_scores(bad)
+    with pytest.raises(ValueError, match="counts must be finite"):
+        most_popular_scores(torch.tensor([1.0, float("nan")]))

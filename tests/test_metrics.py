@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from candidate_sampling.eval import KnownPairs
 from candidate_sampling.eval.metrics import (
     sample_unseen_negatives,
     metrics_from_ranks,
@@ -36,6 +37,10 @@ def _seen(seed=1, users=7, items=30, n=60):
     return torch.randint(0, users, (n,), generator=g), torch.randint(0, items, (n,), generator=g)
 
 
+def _known(pairs, items=30):
+    return None if pairs is None else KnownPairs(*pairs, num_items=items)
+
+
 @pytest.mark.parametrize("exclude", [False, True])
 @pytest.mark.parametrize("chunk", [1, 3, 1000])
 def test_ranks_match_loop(exclude, chunk):
@@ -46,7 +51,7 @@ def test_ranks_match_loop(exclude, chunk):
         ie,
         user_index,
         positive_ids,
-        exclude=(seen_u, seen_i) if exclude else None,
+        known=_known((seen_u, seen_i)) if exclude else None,
         chunk_size=chunk,
     )
     for n in range(user_index.shape[0]):
@@ -82,7 +87,7 @@ def test_retrieval_metrics_perfect_model():
 def test_top_k_matches_sort(exclude):
     ue, ie, _, _ = _data(2)
     seen_u, seen_i = _seen(3)
-    got = top_k_items(ue, ie, 5, exclude=(seen_u, seen_i) if exclude else None, chunk_size=2)
+    got = top_k_items(ue, ie, 5, known=_known((seen_u, seen_i)) if exclude else None, chunk_size=2)
     for u in range(ue.shape[0]):
         skip = {int(i) for uu, i in zip(seen_u, seen_i) if int(uu) == u} if exclude else set()
         scores = [(float(ue[u] @ ie[y]), y) for y in range(ie.shape[0]) if y not in skip]
@@ -93,19 +98,19 @@ def test_top_k_matches_sort(exclude):
 def test_positive_is_never_excluded():
     ue = torch.tensor([[1.0, 0.0]])
     ie = torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.5, 0.0]])
-    exclude = (torch.tensor([0, 0]), torch.tensor([0, 1]))
-    ranks = positive_ranks(ue, ie, torch.tensor([0]), torch.tensor([0]), exclude=exclude)
+    known = KnownPairs(torch.tensor([0, 0]), torch.tensor([0, 1]), num_items=3)
+    ranks = positive_ranks(ue, ie, torch.tensor([0]), torch.tensor([0]), known=known)
     assert int(ranks[0]) == 0  # item 1 (seen) no longer outranks the positive
 
 
 @pytest.mark.parametrize("exclude", [False, True])
 def test_retrieval_metrics_are_metrics_of_the_positive_ranks(exclude):
     ue, ie, user_index, positive_ids = _data(4)
-    seen = _seen(5) if exclude else None
+    seen = _known(_seen(5)) if exclude else None
     got = retrieval_metrics(
-        ue, ie, user_index, positive_ids, ks=(1, 5, 10), exclude=seen, chunk_size=7
+        ue, ie, user_index, positive_ids, ks=(1, 5, 10), known=seen, chunk_size=7
     )
-    ranks = positive_ranks(ue, ie, user_index, positive_ids, exclude=seen)
+    ranks = positive_ranks(ue, ie, user_index, positive_ids, known=seen)
     assert got == metrics_from_ranks(ranks, user_index, ks=(1, 5, 10))
     assert set(got) == {f"{m}@{k}" for m in ("hit_rate", "recall", "ndcg") for k in (1, 5, 10)}
     assert set(retrieval_metrics(ue, ie, user_index, positive_ids)) == {
@@ -139,16 +144,14 @@ def test_bad_inputs():
         positive_ranks(ue, ie, user_index, positive_ids[:3])
     with pytest.raises(ValueError, match="chunk_size"):
         positive_ranks(ue, ie, user_index, positive_ids, chunk_size=0)
-    with pytest.raises(ValueError, match="exclude item_ids must lie"):
-        positive_ranks(
-            ue, ie, user_index, positive_ids, exclude=(torch.tensor([0]), torch.tensor([99]))
-        )
-    with pytest.raises(ValueError, match="exclude must be a pair"):
-        positive_ranks(ue, ie, user_index, positive_ids, exclude=torch.tensor([0]))
-    with pytest.raises(ValueError, match="exclude pair count"):
-        retrieval_metrics(
-            ue, ie, user_index, positive_ids, exclude=(torch.tensor([0, 1]), torch.tensor([2]))
-        )
+    with pytest.raises(ValueError, match="known must be built for the catalogue of 30"):
+        positive_ranks(ue, ie, user_index, positive_ids, known=_known(_seen(), items=31))
+    with pytest.raises(ValueError, match="known holds pairs of user 7"):
+        positive_ranks(ue, ie, user_index, positive_ids, known=_known(_seen(users=8)))
+    with pytest.raises(ValueError, match="known must be a KnownPairs"):
+        positive_ranks(ue, ie, user_index, positive_ids, known=(user_index, positive_ids))
+    with pytest.raises(ValueError, match="known must be a KnownPairs"):
+        sampled_ranks(ue, ie, user_index, positive_ids, known=(user_index, positive_ids))
     with pytest.raises(ValueError, match="k must be"):
         retrieval_metrics(ue, ie, user_index, positive_ids, ks=(0,))
     with pytest.raises(ValueError, match="k must be"):
@@ -161,14 +164,15 @@ def test_bad_inputs():
 @pytest.mark.parametrize("exclude", [False, True])
 def test_sampled_ranks_match_a_loop_over_the_same_negatives(exclude):
     ue, ie, user_index, positive_ids = _data(items=60)
-    seen = _seen(items=60) if exclude else None
+    pairs = _seen(items=60)
+    seen = _known(pairs, items=60) if exclude else None
     ranks = sampled_ranks(
         ue,
         ie,
         user_index,
         positive_ids,
         num_negatives=12,
-        exclude=seen,
+        known=seen,
         generator=torch.Generator().manual_seed(3),
     )
     negatives = sample_unseen_negatives(
@@ -177,10 +181,10 @@ def test_sampled_ranks_match_a_loop_over_the_same_negatives(exclude):
         num_users=7,
         num_items=60,
         num_negatives=12,
-        exclude=seen,
+        known=seen,
         generator=torch.Generator().manual_seed(3),
     )
-    seen_pairs = set(zip(*(t.tolist() for t in seen))) if exclude else set()
+    seen_pairs = set(zip(*(t.tolist() for t in pairs))) if exclude else set()
     for i in range(len(user_index)):
         u, p = int(user_index[i]), int(positive_ids[i])
         row = negatives[i].tolist()
@@ -197,11 +201,12 @@ def test_sampling_every_unseen_item_gives_the_full_catalogue_rank(exclude):
     ue, ie, _, _ = _data(items=20)
     user_index, positive_ids = torch.tensor([0, 1, 2]), torch.tensor([5, 6, 7])
     seen = (torch.tensor([0, 0, 1]), torch.tensor([1, 2, 3])) if exclude else None
-    full = positive_ranks(ue, ie, user_index, positive_ids, exclude=seen)
+    seen = _known(seen, items=20)
+    full = positive_ranks(ue, ie, user_index, positive_ids, known=seen)
     # every row must be able to draw the same number: drop the users with fewer unseen
     m = 17 if exclude else 19
     rows = torch.tensor([0]) if exclude else torch.arange(3)
-    got = sampled_ranks(ue, ie, user_index[rows], positive_ids[rows], num_negatives=m, exclude=seen)
+    got = sampled_ranks(ue, ie, user_index[rows], positive_ids[rows], num_negatives=m, known=seen)
     assert torch.equal(got, full[rows])
 
 
@@ -209,9 +214,9 @@ def test_sampled_negatives_are_uniform_over_unseen_items():
     """Each allowed item is drawn with probability m / allowed (5 binomial sd)."""
     n, items, m = 4000, 15, 5
     users, pos = torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
-    seen = (torch.tensor([0, 0]), torch.tensor([3, 9]))
+    seen = KnownPairs(torch.tensor([0, 0]), torch.tensor([3, 9]), num_items=items)
     neg = sample_unseen_negatives(
-        users, pos, num_users=1, num_items=items, num_negatives=m, exclude=seen,
+        users, pos, num_users=1, num_items=items, num_negatives=m, known=seen,
         generator=torch.Generator().manual_seed(0),
     )
     freq = torch.bincount(neg.reshape(-1), minlength=items).double() / n
@@ -330,3 +335,53 @@ def test_stratified_metrics_accepts_user_index_on_another_device_and_checks_it()
     assert table["pairs"].tolist() == [2, 2]
     with pytest.raises(ValueError, match="user_index"):
         stratified_metrics(ranks, users[:3], positives, strata, ks=(10,))
+
+
+# ------------------------------------------------ a diverged model is an error, not a score
+
+
+@pytest.mark.parametrize("which", ["user", "item"])
+def test_nan_embeddings_are_an_error_not_rank_zero(which):
+    ue, ie, user_index, positive_ids = _data(items=30)
+    if which == "user":
+        ue = torch.full_like(ue, float("nan"))
+    else:
+        ie = torch.full_like(ie, float("nan"))
+    name = f"{which}_embeddings must be finite"
+    for call in (
+        lambda: positive_ranks(ue, ie, user_index, positive_ids),
+        lambda: retrieval_metrics(ue, ie, user_index, positive_ids),
+        lambda: sampled_ranks(ue, ie, user_index, positive_ids, num_negatives=5),
+        lambda: sampled_metrics(ue, ie, user_index, positive_ids, num_negatives=5),
+        lambda: top_k_items(ue, ie, 3),
+    ):
+        with pytest.raises(ValueError, match=name):
+            call()
+
+
+def test_nan_scores_count_against_the_positive_with_checks_off():
+    """Checks off: no error, but a NaN model still scores no hits (NaN counts as higher)."""
+    import candidate_sampling as cs
+
+    ue, ie, user_index, positive_ids = _data(items=30)
+    nan_u = torch.full_like(ue, float("nan"))
+    with cs.validate_args(False):
+        full = positive_ranks(nan_u, ie, user_index, positive_ids)
+        sampled = sampled_ranks(nan_u, ie, user_index, positive_ids, num_negatives=5)
+    assert bool((full == 30).all()) and bool((sampled == 5).all())
+    assert metrics_from_ranks(full, user_index, ks=(10,))["hit_rate@10"] == 0.0
+    # one NaN item: it outranks every positive, the others keep their exact rank
+    one = ie.clone()
+    one[0] = float("nan")
+    keep = positive_ids != 0
+    with cs.validate_args(False):
+        got = positive_ranks(ue, one, user_index[keep], positive_ids[keep])
+    clean = positive_ranks(ue, ie[1:], user_index[keep], positive_ids[keep] - 1)
+    assert torch.equal(got, clean + 1)
+
+
+def test_nan_popularity_is_an_error():
+    with pytest.raises(ValueError, match="popularity must be finite"):
+        popularity_strata(torch.tensor([1.0, float("nan"), 2.0]), num_strata=2)
+    with pytest.raises(ValueError, match="ranks must be >= 0"):
+        metrics_from_ranks(torch.tensor([-1, 2]), torch.tensor([0, 1]))

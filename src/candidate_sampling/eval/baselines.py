@@ -27,12 +27,14 @@ from __future__ import annotations
 import torch
 
 from candidate_sampling._validate import (
+    check_finite,
     check_ids,
     check_int_range,
-    check_same,
     check_tensor,
 )
 from candidate_sampling.device import exact_float64
+from candidate_sampling.eval.known_pairs import KnownPairs, check_known
+from candidate_sampling.eval.metrics import check_pairs, count_above
 
 __all__ = [
     "ease_scores",
@@ -46,28 +48,25 @@ __all__ = [
 
 
 def interaction_matrix(
-    user_index: torch.Tensor,
-    item_ids: torch.Tensor,
-    num_users: int,
-    num_items: int,
+    known: KnownPairs,
     *,
+    num_users: int | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """``(num_users, num_items)`` binary matrix ``X`` with ``X[u, y] = 1`` for every pair.
+    """``(U, |V|)`` binary matrix ``X`` with ``X[u, y] = 1`` for every known pair.
 
-    ``user_index``, ``item_ids``: (n,) int64 training pairs; repeated pairs count once.
+    ``known``: a :class:`~candidate_sampling.eval.known_pairs.KnownPairs` of the training
+    pairs (repeated pairs count once); ``num_users``: U, at least ``known.num_users``
+    (default: exactly that); ``dtype``: a floating dtype. On the table's device.
     """
-    check_tensor("user_index", user_index, ("n",), floating=False)
-    check_tensor("item_ids", item_ids, ("n",), floating=False)
-    check_same("number of pairs n", user_index=user_index.shape[0], item_ids=item_ids.shape[0])
-    check_int_range("num_users", num_users, 1)
-    check_int_range("num_items", num_items, 1)
-    check_ids("user_index", user_index, num_users)
-    check_ids("item_ids", item_ids, num_items)
-    if not dtype.is_floating_point:
+    check_known(known)
+    if num_users is None:
+        num_users = known.num_users
+    check_int_range("num_users", num_users, max(known.num_users, 1))
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
-    x = torch.zeros(num_users, num_items, dtype=dtype, device=user_index.device)
-    x[user_index, item_ids.to(user_index.device)] = 1
+    x = torch.zeros(num_users, known.num_items, dtype=dtype, device=known.device)
+    x[known.user_index, known.item_ids] = 1
     return x
 
 
@@ -81,6 +80,7 @@ def most_popular_scores(counts: torch.Tensor) -> torch.Tensor:
     ``most_popular_scores(counts)[:, None]`` as the ``(|V|, 1)`` items.
     """
     check_tensor("counts", counts, ("|V|",))
+    check_finite("counts", counts)  # NaN would sort first: the "most popular" item
     # float64, or float32 on MPS (no float64 there): −r is exact in float32 below 2^24 items
     dtype = torch.float32 if counts.device.type == "mps" else torch.float64
     order = torch.argsort(-exact_float64(counts), stable=True).to(counts.device)
@@ -91,6 +91,7 @@ def most_popular_scores(counts: torch.Tensor) -> torch.Tensor:
 
 def _check_matrix(x: torch.Tensor) -> None:
     check_tensor("x", x, ("U", "|V|"), floating=True)
+    check_finite("x", x)
 
 
 def ease_weights(x: torch.Tensor, l2: float) -> torch.Tensor:
@@ -143,72 +144,57 @@ def item_knn_scores(x: torch.Tensor, *, k: int | None = None) -> torch.Tensor:
     return x @ sim
 
 
+def _check_scores(scores: torch.Tensor) -> None:
+    check_tensor("scores", scores, ("U", "|V|"), floating=True)
+    # NaN scores compare False and would rank a positive first; topk would put NaN first
+    check_finite("scores", scores)
+
+
 def ranks_from_scores(
     scores: torch.Tensor,
     user_index: torch.Tensor,
     positive_ids: torch.Tensor,
     *,
-    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
-    candidates: torch.Tensor | None = None,
+    known: KnownPairs | None = None,
+    candidate_ids: torch.Tensor | None = None,
     chunk_size: int = 4096,
 ) -> torch.Tensor:
     """``(n,)`` 0-based rank of each positive under a ``(U, |V|)`` score matrix.
 
-    The rule of :func:`candidate_sampling.eval.metrics.positive_ranks`: the number of items
-    scoring strictly higher than the positive for that user, with ``exclude``'s
-    ``(user_index, item_ids)`` pairs (e.g. the training interactions) removed from the
-    ranking; the positive itself is never removed. ``user_index``: (n,) rows of
-    ``scores``; ``positive_ids``: (n,) held-out items. Works in chunks of ``chunk_size``
-    positives; the score matrix is copied once when ``exclude`` is given.
+    The rule of :func:`candidate_sampling.eval.metrics.positive_ranks`
+    (:func:`~candidate_sampling.eval.metrics.count_above`): the number of items scoring
+    higher than the positive for that user (ties in its favour, NaN against it), with the
+    items of ``known`` (a :class:`~candidate_sampling.eval.known_pairs.KnownPairs`, e.g.
+    the training interactions) removed from the ranking; the positive itself is never
+    removed. ``user_index``: (n,) rows of ``scores``; ``positive_ids``: (n,) held-out
+    items. Works in chunks of ``chunk_size`` positives (each chunk's rows are copied, the
+    matrix never is).
 
-    ``candidates``: optional ``(n, m)`` item ids; the positive is then ranked among its
+    ``candidate_ids``: optional ``(n, m)`` item ids; the positive is then ranked among its
     row's ``m`` candidates only (the sampled protocol of
-    :func:`candidate_sampling.eval.metrics.sampled_ranks`, with negatives drawn once and shared
-    by every model compared); ``exclude`` does not apply to them.
+    :func:`candidate_sampling.eval.metrics.sampled_ranks`, with negatives drawn once and
+    shared by every model compared); ``known`` does not apply to them. Chapter 9.
     """
-    check_tensor("scores", scores, ("U", "|V|"), floating=True)
-    check_tensor("user_index", user_index, ("n",), floating=False)
-    check_tensor("positive_ids", positive_ids, ("n",), floating=False)
-    check_same(
-        "number of interactions n",
-        user_index=user_index.shape[0],
-        positive_ids=positive_ids.shape[0],
-    )
+    _check_scores(scores)
     num_users, num_items = scores.shape
-    check_ids("user_index", user_index, num_users)
-    check_ids("positive_ids", positive_ids, num_items)
+    check_pairs(user_index, positive_ids, num_users=num_users, num_items=num_items)
+    check_known(known, num_users, num_items)
     check_int_range("chunk_size", chunk_size, 1)
     device = scores.device
     users, targets = user_index.to(device), positive_ids.to(device)
     target_score = scores[users, targets]
-    if candidates is not None:
-        check_tensor("candidates", candidates, (users.shape[0], "m"), floating=False)
-        check_ids("candidates", candidates, num_items)
-        with torch.no_grad():
-            candidate_scores = scores[users[:, None], candidates.to(device)]
-            return (candidate_scores > target_score[:, None]).sum(dim=1)
-    ranked = scores
-    if exclude is not None:
-        if not isinstance(exclude, (tuple, list)) or len(exclude) != 2:
-            raise ValueError("exclude must be a pair (user_index (m,), item_ids (m,))")
-        seen_users, seen_items = exclude
-        check_tensor("exclude user_index", seen_users, ("m",), floating=False, allow_empty=True)
-        check_tensor("exclude item_ids", seen_items, ("m",), floating=False, allow_empty=True)
-        check_same(
-            "exclude pair count", user_index=seen_users.shape[0], item_ids=seen_items.shape[0]
-        )
-        check_ids("exclude user_index", seen_users, num_users)
-        check_ids("exclude item_ids", seen_items, num_items)
-        ranked = scores.clone()
-        ranked[seen_users.to(device), seen_items.to(device)] = float("-inf")
-    out = []
     with torch.no_grad():
+        if candidate_ids is not None:
+            check_tensor("candidate_ids", candidate_ids, (users.shape[0], "m"), floating=False)
+            check_ids("candidate_ids", candidate_ids, num_items)
+            return count_above(scores[users[:, None], candidate_ids.to(device)], target_score)
+        out = [torch.zeros(0, dtype=torch.int64, device=device)]
         for start in range(0, users.shape[0], chunk_size):
-            rows = ranked[users[start : start + chunk_size]]
-            target = target_score[start : start + chunk_size, None]
-            out.append((rows > target).sum(dim=1))
-    if not out:
-        return torch.zeros(0, dtype=torch.int64, device=device)
+            u = users[start : start + chunk_size]
+            rows = scores[u]  # a copy: the known items are filled in it, not in scores
+            if known is not None:
+                known.fill_(rows, u)
+            out.append(count_above(rows, target_score[start : start + chunk_size]))
     return torch.cat(out)
 
 
@@ -216,21 +202,19 @@ def top_k_from_scores(
     scores: torch.Tensor,
     k: int,
     *,
-    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
+    known: KnownPairs | None = None,
 ) -> torch.Tensor:
     """``(U, k)`` ids of each user's ``k`` best-scoring items, best first.
 
     :func:`candidate_sampling.eval.metrics.top_k_items` for a ``(U, |V|)`` score matrix:
-    ``exclude``'s ``(user_index, item_ids)`` pairs are never recommended to that user.
+    the items of ``known`` (a :class:`~candidate_sampling.eval.known_pairs.KnownPairs`) are
+    never recommended to that user. NaN scores raise. Chapter 9.
     """
-    check_tensor("scores", scores, ("U", "|V|"), floating=True)
+    _check_scores(scores)
     check_int_range("k", k, 1, scores.shape[1])
+    check_known(known, *scores.shape)
     ranked = scores
-    if exclude is not None:
-        seen_users, seen_items = exclude
-        check_ids("exclude user_index", seen_users, scores.shape[0])
-        check_ids("exclude item_ids", seen_items, scores.shape[1])
-        ranked = scores.clone()
-        ranked[seen_users.to(scores.device), seen_items.to(scores.device)] = float("-inf")
     with torch.no_grad():
+        if known is not None:
+            ranked = known.fill_(scores.clone(), torch.arange(scores.shape[0], device=scores.device))
         return torch.topk(ranked, k, dim=1).indices

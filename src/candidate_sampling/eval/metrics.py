@@ -11,10 +11,18 @@ the positive's favour). From the ranks:
 * ``ndcg@K`` — with one relevant item per interaction, ``1 / log2(rank + 2)`` when
   ``rank < K`` else 0, averaged over interactions.
 
-Optionally the items a user already interacted with in training are **excluded**: they
-are removed from the ranking (their scores set to ``−inf`` before counting), except the
-positive itself. The exclusion is applied per chunk by scattering the seen pairs into the
-chunk's score matrix, so memory stays ``O(chunk_size · |V|)``.
+Optionally the items a user already interacted with in training are **excluded**: pass
+them as ``known=`` a :class:`~candidate_sampling.eval.known_pairs.KnownPairs` table, and
+they are removed from the ranking (their scores set to ``−inf`` before counting), except
+the positive itself. The exclusion is applied per chunk by scattering the user's known
+items into the chunk's score matrix (:meth:`KnownPairs.fill_`), so memory stays
+``O(chunk_size · |V|)``.
+
+**A diverged model is an error, not a score.** With NaN embeddings every comparison
+``s > s⁺`` is False, which would rank every positive first. The metrics check that the
+embeddings are finite (a value check: :func:`candidate_sampling.get_validate_args`), and
+with the checks off they still count a NaN score *against* the positive
+(``rank = #{y : not s(u, y) ≤ s(u, pos)}``), so a NaN model scores no hits.
 
 Two views for chapter 9 ("evaluation that does not lie"):
 
@@ -30,14 +38,27 @@ Two views for chapter 9 ("evaluation that does not lie"):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import torch
 
-from candidate_sampling._validate import check_ids, check_int_range, check_same, check_tensor
+from candidate_sampling._validate import (
+    check_finite,
+    check_ids,
+    check_int_range,
+    check_same,
+    check_tensor,
+    get_validate_args,
+)
 from candidate_sampling.device import exact_float64
+from candidate_sampling.eval.known_pairs import KnownPairs, check_known
+
+if TYPE_CHECKING:  # pandas is imported where a DataFrame is built
+    import pandas as pd
 
 __all__ = [
+    "check_pairs",
+    "count_above",
     "metrics_from_ranks",
     "popularity_strata",
     "positive_ranks",
@@ -51,43 +72,8 @@ __all__ = [
 ]
 
 
-def _seen_csr(exclude, num_users: int, num_items: int, device):
-    if not isinstance(exclude, (tuple, list)) or len(exclude) != 2:
-        raise ValueError("exclude must be a pair (user_index (n,), item_ids (n,))")
-    users, items = exclude
-    check_tensor("exclude user_index", users, ("n",), floating=False, allow_empty=True)
-    check_tensor("exclude item_ids", items, ("n",), floating=False, allow_empty=True)
-    check_same("exclude pair count", user_index=users.shape[0], item_ids=items.shape[0])
-    check_ids("exclude user_index", users, num_users)
-    check_ids("exclude item_ids", items, num_items)
-    users, items = users.to(device), items.to(device)
-    order = torch.argsort(users, stable=True)
-    counts = torch.bincount(users, minlength=num_users)
-    indptr = torch.zeros(num_users + 1, dtype=torch.int64, device=device)
-    indptr[1:] = torch.cumsum(counts, 0)
-    return indptr, items[order]
-
-
-def _scatter_exclusions(scores: torch.Tensor, users: torch.Tensor, indptr, indices) -> None:
-    """Set ``scores[r, item] = −inf`` for every training item of ``users[r]`` (in place)."""
-    start, stop = indptr[users], indptr[users + 1]
-    counts = stop - start
-    total = int(counts.sum())
-    if total == 0:
-        return
-    rows = torch.repeat_interleave(torch.arange(users.shape[0], device=scores.device), counts)
-    first = torch.repeat_interleave(start - (torch.cumsum(counts, 0) - counts), counts)
-    cols = indices[first + torch.arange(total, device=scores.device)]
-    scores[rows, cols] = float("-inf")
-
-
-def _check_embeddings_and_pairs(
-    user_embeddings: torch.Tensor,
-    item_embeddings: torch.Tensor,
-    user_index: torch.Tensor,
-    positive_ids: torch.Tensor,
-) -> tuple[int, int]:
-    """The checks :func:`positive_ranks` and :func:`sampled_ranks` share; ``(U, |V|)``."""
+def _check_embeddings(user_embeddings: torch.Tensor, item_embeddings: torch.Tensor) -> None:
+    """(U, d) and (|V|, d) floating embeddings of one size d, finite (a value check)."""
     check_tensor("user_embeddings", user_embeddings, ("U", "d"), floating=True)
     check_tensor("item_embeddings", item_embeddings, ("V", "d"), floating=True)
     check_same(
@@ -95,6 +81,30 @@ def _check_embeddings_and_pairs(
         user_embeddings=user_embeddings.shape[1],
         item_embeddings=item_embeddings.shape[1],
     )
+    # a diverged model: NaN scores would compare False and rank every positive first
+    check_finite("user_embeddings", user_embeddings)
+    check_finite("item_embeddings", item_embeddings)
+
+
+def _check_embeddings_and_pairs(
+    user_embeddings: torch.Tensor,
+    item_embeddings: torch.Tensor,
+    user_index: torch.Tensor,
+    positive_ids: torch.Tensor,
+    known: KnownPairs | None,
+) -> tuple[int, int]:
+    """The checks :func:`positive_ranks` and :func:`sampled_ranks` share; ``(U, |V|)``."""
+    _check_embeddings(user_embeddings, item_embeddings)
+    num_users, num_items = user_embeddings.shape[0], item_embeddings.shape[0]
+    check_pairs(user_index, positive_ids, num_users=num_users, num_items=num_items)
+    check_known(known, num_users, num_items)
+    return num_users, num_items
+
+
+def check_pairs(
+    user_index: torch.Tensor, positive_ids: torch.Tensor, *, num_users: int, num_items: int
+) -> None:
+    """Test pairs: ``user_index`` and ``positive_ids`` (n,) ids in ``[0, U)`` and ``[0, |V|)``."""
     check_tensor("user_index", user_index, ("n",), floating=False)
     check_tensor("positive_ids", positive_ids, ("n",), floating=False)
     check_same(
@@ -102,10 +112,18 @@ def _check_embeddings_and_pairs(
         user_index=user_index.shape[0],
         positive_ids=positive_ids.shape[0],
     )
-    num_users, num_items = user_embeddings.shape[0], item_embeddings.shape[0]
     check_ids("user_index", user_index, num_users)
     check_ids("positive_ids", positive_ids, num_items)
-    return num_users, num_items
+
+
+def count_above(scores: torch.Tensor, positive_scores: torch.Tensor) -> torch.Tensor:
+    """The rank rule: ``#{j : not scores[i, j] ≤ positive_scores[i]}`` per row, (n, m) → (n,).
+
+    Ties count in the positive's favour; a NaN score (of an item or of the positive) counts
+    *against* it, so a diverged model never ranks a positive first. ``−inf`` (an excluded
+    item) never counts. ``positive_scores``: (n,).
+    """
+    return (~(scores <= positive_scores[:, None])).sum(dim=1)
 
 
 def positive_ranks(
@@ -114,36 +132,32 @@ def positive_ranks(
     user_index: torch.Tensor,
     positive_ids: torch.Tensor,
     *,
-    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
+    known: KnownPairs | None = None,
     chunk_size: int = 2048,
 ) -> torch.Tensor:
     """Exact 0-based rank of each positive among all items: ``#{y : s(u, y) > s(u, pos)}``.
 
     ``user_embeddings``: (U, d); ``item_embeddings``: (|V|, d); ``user_index``: (n,) row of
     ``user_embeddings`` of each interaction's user; ``positive_ids``: (n,) the held-out
-    item ids. ``exclude``: optional
-    ``(user_index, item_ids)`` pairs (e.g. the training interactions) removed from the
-    ranking of that user (the positive itself is never removed). Returns (n,) int64 on the
-    embeddings' device. Works in chunks of ``chunk_size`` interactions.
+    item ids. ``known``: optional :class:`KnownPairs` (e.g. the training interactions)
+    whose items are removed from that user's ranking (the positive itself is never
+    removed). Returns (n,) int64 on the embeddings' device. Works in chunks of
+    ``chunk_size`` interactions. NaN embeddings raise (module docstring). Chapter 5.
     """
-    users, targets = user_index, positive_ids
-    num_users, num_items = _check_embeddings_and_pairs(
-        user_embeddings, item_embeddings, users, targets
-    )
+    _check_embeddings_and_pairs(user_embeddings, item_embeddings, user_index, positive_ids, known)
     check_int_range("chunk_size", chunk_size, 1)
     device = item_embeddings.device
-    users, targets = users.to(device), targets.to(device)
-    seen = _seen_csr(exclude, num_users, num_items, device) if exclude is not None else None
+    users, targets = user_index.to(device), positive_ids.to(device)
     ranks = []
     with torch.no_grad():
         for start in range(0, users.shape[0], chunk_size):
             u = users[start : start + chunk_size]
             t = targets[start : start + chunk_size]
             scores = user_embeddings[u] @ item_embeddings.T  # (c, |V|)
-            target_score = scores.gather(1, t[:, None])
-            if seen is not None:
-                _scatter_exclusions(scores, u, *seen)
-            ranks.append((scores > target_score).sum(dim=1))
+            target_score = scores.gather(1, t[:, None])[:, 0]
+            if known is not None:
+                known.fill_(scores, u)
+            ranks.append(count_above(scores, target_score))
     return torch.cat(ranks)
 
 
@@ -152,27 +166,27 @@ def top_k_items(
     item_embeddings: torch.Tensor,
     k: int,
     *,
-    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
+    known: KnownPairs | None = None,
     chunk_size: int = 2048,
 ) -> torch.Tensor:
     """``(U, k)`` ids of each user's ``k`` highest-scoring items, best first, exact.
 
-    ``exclude``: optional ``(user_index, item_ids)`` pairs never recommended to that user.
+    ``known``: optional :class:`KnownPairs` whose items are never recommended to that user.
+    NaN embeddings raise (``torch.topk`` would rank NaN first). Chapters 5 and 9.
     """
-    check_tensor("user_embeddings", user_embeddings, ("U", "d"), floating=True)
-    check_tensor("item_embeddings", item_embeddings, ("V", "d"), floating=True)
+    _check_embeddings(user_embeddings, item_embeddings)
     check_int_range("k", k, 1, item_embeddings.shape[0])
     check_int_range("chunk_size", chunk_size, 1)
     num_users, num_items = user_embeddings.shape[0], item_embeddings.shape[0]
+    check_known(known, num_users, num_items)
     device = item_embeddings.device
-    seen = _seen_csr(exclude, num_users, num_items, device) if exclude is not None else None
     out = []
     with torch.no_grad():
         for start in range(0, num_users, chunk_size):
             u = torch.arange(start, min(start + chunk_size, num_users), device=device)
             scores = user_embeddings[u] @ item_embeddings.T
-            if seen is not None:
-                _scatter_exclusions(scores, u, *seen)
+            if known is not None:
+                known.fill_(scores, u)
             out.append(torch.topk(scores, k, dim=1).indices)
     return torch.cat(out)
 
@@ -185,6 +199,10 @@ def metrics_from_ranks(
     check_tensor("ranks", ranks, ("n",), floating=False)
     check_tensor("user_index", users, ("n",), floating=False)
     check_same("number of interactions n", ranks=ranks.shape[0], user_index=users.shape[0])
+    for k in ks:
+        check_int_range("k", k, 1)
+    if get_validate_args() and bool((ranks < 0).any()):
+        raise ValueError(f"ranks must be >= 0, got {int(ranks.min())}")
     ranks = exact_float64(ranks)
     users = users.to(ranks.device)
     _, user_index = torch.unique(users, return_inverse=True)
@@ -192,7 +210,6 @@ def metrics_from_ranks(
     per_user_n = torch.bincount(user_index, minlength=num).to(torch.float64)
     out: dict[str, float] = {}
     for k in ks:
-        check_int_range("k", k, 1)
         hit = (ranks < k).to(torch.float64)
         out[f"hit_rate@{k}"] = float(hit.mean())
         per_user = torch.zeros(num, dtype=torch.float64, device=ranks.device)
@@ -210,7 +227,7 @@ def retrieval_metrics(
     positive_ids: torch.Tensor,
     *,
     ks: Sequence[int] = (10, 50, 100),
-    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
+    known: KnownPairs | None = None,
     chunk_size: int = 2048,
 ) -> dict[str, float]:
     """Exact full-catalogue ``hit_rate@K``, ``recall@K`` and ``ndcg@K`` for every ``K`` in ``ks``.
@@ -222,17 +239,13 @@ def retrieval_metrics(
         item_embeddings,
         user_index,
         positive_ids,
-        exclude=exclude,
+        known=known,
         chunk_size=chunk_size,
     )
     return metrics_from_ranks(ranks, user_index, ks=ks)
 
 
 # --------------------------------------------------------------- chapter 9: sampled metrics
-
-
-def _pair_keys(users: torch.Tensor, items: torch.Tensor, num_items: int) -> torch.Tensor:
-    return users.to(torch.int64) * num_items + items.to(torch.int64)
 
 
 def sample_unseen_negatives(
@@ -242,49 +255,30 @@ def sample_unseen_negatives(
     num_users: int,
     num_items: int,
     num_negatives: int = 100,
-    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
+    known: KnownPairs | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """The negatives of the sampled protocol: (n, m) item ids, m = ``num_negatives``.
 
     Row i holds m distinct items drawn uniformly from the items that are neither
-    ``positive_ids[i]`` nor paired with ``user_index[i]`` in ``exclude`` (the user's
-    training items). :func:`sampled_ranks` ranks against exactly these draws; call this
-    directly to score models that are not embeddings (a score matrix, chapter 9) on the
-    same negatives. ``generator`` lives on ``user_index``'s device. Raises ``ValueError``
-    when a row has fewer than m allowed items.
+    ``positive_ids[i]`` nor known for ``user_index[i]`` in ``known`` (a
+    :class:`KnownPairs` of the user's training items). :func:`sampled_ranks` ranks against
+    exactly these draws; call this directly to score models that are not embeddings (a
+    score matrix, chapter 9) on the same negatives. ``generator`` lives on
+    ``user_index``'s device. Raises ``ValueError`` when a row has fewer than m allowed
+    items (always checked: the rounds of redraws would never end).
     """
-    check_tensor("user_index", user_index, ("n",), floating=False)
-    check_tensor("positive_ids", positive_ids, ("n",), floating=False)
-    check_same(
-        "number of interactions n",
-        user_index=user_index.shape[0],
-        positive_ids=positive_ids.shape[0],
-    )
     check_int_range("num_users", num_users, 1)
     check_int_range("num_items", num_items, 1)
-    check_ids("user_index", user_index, num_users)
-    check_ids("positive_ids", positive_ids, num_items)
+    check_pairs(user_index, positive_ids, num_users=num_users, num_items=num_items)
     check_int_range("num_negatives", num_negatives, 1)
+    check_known(known, num_users, num_items)
     users, targets = user_index, positive_ids.to(user_index.device)
     device = users.device
-    if exclude is not None:
-        indptr, seen_items = _seen_csr(exclude, num_users, num_items, device)
-        seen_users = torch.repeat_interleave(
-            torch.arange(num_users, device=device), indptr[1:] - indptr[:-1]
-        )
-        seen_keys = torch.unique(_pair_keys(seen_users, seen_items, num_items))
-    else:
-        seen_keys = torch.empty(0, dtype=torch.int64, device=device)
-    # items a row may not draw: its seen items plus its positive (counted once)
-    pos_keys = _pair_keys(users, targets, num_items)
-    pos_seen = (
-        torch.isin(pos_keys, seen_keys)
-        if seen_keys.numel()
-        else torch.zeros_like(pos_keys, dtype=torch.bool)
-    )
-    seen_per_user = torch.bincount(seen_keys // num_items, minlength=num_users)
-    allowed = num_items - seen_per_user[users] - (~pos_seen).to(torch.int64)
+    allowed = torch.full_like(users, num_items - 1)  # every item but the positive
+    if known is not None:
+        positive_known = known.contains(users, targets).to(device)
+        allowed = allowed - known.counts(users).to(device) + positive_known.long()
     if bool((allowed < num_negatives).any()):
         worst = int(allowed.min())
         raise ValueError(
@@ -297,8 +291,8 @@ def sample_unseen_negatives(
         negatives, _ = torch.sort(negatives, dim=1)
         bad = negatives == targets[:, None]
         bad[:, 1:] |= negatives[:, 1:] == negatives[:, :-1]  # a repeat within the row
-        if seen_keys.numel():
-            bad |= torch.isin(_pair_keys(users[:, None], negatives, num_items), seen_keys)
+        if known is not None:
+            bad |= known.mask(users, negatives).to(device)
         num_bad = int(bad.sum())
         if num_bad == 0:
             break
@@ -313,40 +307,39 @@ def sampled_ranks(
     positive_ids: torch.Tensor,
     *,
     num_negatives: int = 100,
-    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
+    known: KnownPairs | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Rank of each positive among ``num_negatives`` sampled items: the *sampled* protocol.
 
     For every test pair ``(u, pos)``, ``m = num_negatives`` distinct items are drawn
-    uniformly from the items ``y ≠ pos`` that ``u`` has no ``exclude`` pair with (the
+    uniformly from the items ``y ≠ pos`` that are not known for ``u`` in ``known`` (the
     user's training items), and ``rank = #{sampled y : s(u, y) > s(u, pos)}`` ∈ [0, m]
-    (ties in the positive's favour, as in :func:`positive_ranks`). This is the protocol
-    Krichene & Rendle (2020) show to be inconsistent with full-catalogue metrics
-    (chapter 9). Shapes as in :func:`positive_ranks`; ``generator`` lives on the item
-    embeddings' device. Drawing is vectorised: rounds of uniform draws in which every
-    draw that is excluded, equal to the positive or a repeat within its row is redrawn.
+    (ties in the positive's favour, NaN against it, as in :func:`positive_ranks`). This is
+    the protocol Krichene & Rendle (2020) show to be inconsistent with full-catalogue
+    metrics (chapter 9). Shapes as in :func:`positive_ranks`; ``generator`` lives on the
+    item embeddings' device. Drawing is vectorised (:func:`sample_unseen_negatives`).
     Returns (n,) int64.
     """
     num_users, num_items = _check_embeddings_and_pairs(
-        user_embeddings, item_embeddings, user_index, positive_ids
+        user_embeddings, item_embeddings, user_index, positive_ids, known
     )
     device = item_embeddings.device
     users, targets = user_index.to(device), positive_ids.to(device)
-    negatives = sample_unseen_negatives(  # checks num_negatives and exclude
+    negatives = sample_unseen_negatives(
         users,
         targets,
         num_users=num_users,
         num_items=num_items,
         num_negatives=num_negatives,
-        exclude=exclude,
+        known=known,
         generator=generator,
     )
     with torch.no_grad():
         query = user_embeddings[users]
         positive_scores = (query * item_embeddings[targets]).sum(-1)
         negative_scores = torch.einsum("nd,nmd->nm", query, item_embeddings[negatives])
-        return (negative_scores > positive_scores[:, None]).sum(dim=1)
+        return count_above(negative_scores, positive_scores)
 
 
 def sampled_metrics(
@@ -357,7 +350,7 @@ def sampled_metrics(
     *,
     num_negatives: int = 100,
     ks: Sequence[int] = (10,),
-    exclude: tuple[torch.Tensor, torch.Tensor] | None = None,
+    known: KnownPairs | None = None,
     generator: torch.Generator | None = None,
 ) -> dict[str, float]:
     """``hit_rate@K``, ``recall@K`` and ``ndcg@K`` under the sampled protocol.
@@ -373,7 +366,7 @@ def sampled_metrics(
         user_index,
         positive_ids,
         num_negatives=num_negatives,
-        exclude=exclude,
+        known=known,
         generator=generator,
     )
     return metrics_from_ranks(ranks, user_index, ks=ks)
@@ -392,6 +385,7 @@ def popularity_strata(popularity: torch.Tensor, num_strata: int = 10) -> torch.T
     """
     check_tensor("popularity", popularity, ("V",))
     check_int_range("num_strata", num_strata, 1, popularity.shape[0])
+    check_finite("popularity", popularity)  # NaN would sort as the most popular item
     num_items = popularity.shape[0]
     order = torch.sort(-exact_float64(popularity), stable=True).indices.to(popularity.device)
     positions = torch.arange(num_items, device=popularity.device)
@@ -404,7 +398,7 @@ def _check_strata(item_strata: torch.Tensor, num_items: int | None = None) -> in
     check_tensor("item_strata", item_strata, ("V",), floating=False)
     if num_items is not None:
         check_same("number of items |V|", item_strata=item_strata.shape[0], ids=num_items)
-    if int(item_strata.min()) < 0:
+    if get_validate_args() and int(item_strata.min()) < 0:
         raise ValueError(f"item_strata must be >= 0, got {int(item_strata.min())}")
     return int(item_strata.max()) + 1
 
@@ -448,6 +442,8 @@ def stratified_metrics(
         if count:
             row.update(metrics_from_ranks(ranks[members], user_index[members], ks=ks))
         rows.append(row)
+    import pandas as pd  # optional: the [data] extra; the rest of eval needs torch only
+
     return pd.DataFrame(rows).set_index("stratum")
 
 
