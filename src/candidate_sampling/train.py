@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from candidate_sampling._validate import check_int_range, check_positive
 from candidate_sampling.models import sparse_parameters
+
+if TYPE_CHECKING:  # pandas and tqdm (the [train] extra) are imported by train() itself
+    import pandas as pd
 
 __all__ = ["OptimizerGroup", "iterate_batches", "make_optimizer", "train"]
 
@@ -148,6 +150,9 @@ def train(
     ``loss`` (mean batch loss), ``seconds`` (training time of the epoch) and the metrics.
     Runs wherever the model's parameters are (CUDA, MPS or CPU).
     """
+    import pandas as pd
+    from tqdm.auto import tqdm
+
     check_int_range("epochs", epochs, 1)
     check_int_range("batch_size", batch_size, 1)
     device = next(model.parameters()).device
