@@ -109,7 +109,7 @@ def ref_mine(
                 continue
             ok = range_min <= rank < range_max
             ok &= max_score is None or scores[j] <= max_score
-            ok &= relative_margin is None or scores[j] < (1 - relative_margin) * s_pos
+            ok &= relative_margin is None or scores[j] < s_pos - relative_margin * abs(s_pos)
             ok &= absolute_margin is None or scores[j] < s_pos - absolute_margin
             if ok:
                 kept.append((j, rank))
@@ -161,6 +161,31 @@ def test_mine_matches_loop_reference(range_min, width, max_score, rel, absm, see
         ]
         assert got == ref[i]
         assert all(int(j) == -1 for j, v in zip(mined.ids[i], mined.valid[i]) if not v)
+
+
+def test_relative_margin_any_sign_and_scale():
+    """The positive-aware margin keeps only scores below the positive, whatever its sign.
+
+    With s⁺ < 0 the old rule ``(1 − m)·s⁺`` lay *above* the positive and kept candidates
+    that outscore it; ``s⁺ − m·|s⁺|`` keeps only those clearly below, and multiplying every
+    score by a positive constant (a temperature) keeps the same set.
+    """
+    items = torch.tensor([[1.0], [-0.5], [-0.9], [-1.0], [-1.04], [-1.06], [-2.0]], dtype=D64)
+    for scale in (1.0, 0.1, 20.0):
+        query = torch.tensor([[scale]], dtype=D64)  # scores = scale * items
+        miner = HardNegativeMiner(index="torch").build(items)
+        mined = miner.mine(query, num_negatives=7, positive_ids=torch.tensor([3]),
+                           range_max=7, relative_margin=0.05)
+        kept = sorted(int(i) for i, v in zip(mined.ids[0], mined.valid[0]) if v)
+        assert kept == [5, 6]  # below -1.05 * scale; the positive (-1.0) scores above them
+        s_pos = scale * -1.0
+        assert all(float(s) < s_pos for s, v in zip(mined.scores[0], mined.valid[0]) if v)
+    # positive scores: the NV-Retriever rule, below 95% of the positive
+    mined = HardNegativeMiner(index="torch").build(items).mine(
+        torch.tensor([[1.0]], dtype=D64), num_negatives=7, positive_ids=torch.tensor([1]),
+        range_max=7, relative_margin=0.05, positive_scores=torch.tensor([0.5], dtype=D64))
+    kept = sorted(int(i) for i, v in zip(mined.ids[0], mined.valid[0]) if v)
+    assert kept == [2, 3, 4, 5, 6]  # every score < 0.475, none of them the positive
 
 
 def test_faiss_flat_mines_like_torch():

@@ -23,10 +23,15 @@ the remaining candidates from 0 (the hardest). A candidate is kept when
   ``mine_hard_negatives`` names: skip the ``range_min`` hardest, look no further than
   ``range_max``);
 * its score is at most ``max_score`` (an absolute ceiling);
-* its score is below ``(1 − relative_margin) · s(x, y⁺)`` — NV-Retriever's positive-aware
-  "TopK-PercPos" filter (Moreira et al. 2024): ``relative_margin = 0.05`` keeps negatives
-  below 95% of the positive's score; and below ``s(x, y⁺) − absolute_margin``
-  ("TopK-MarginPos"). ``y⁺`` is the row's first positive id.
+* its score is below ``s⁺ − relative_margin · |s⁺|`` with ``s⁺ = s(x, y⁺)`` —
+  NV-Retriever's positive-aware "TopK-PercPos" filter (Moreira et al. 2024), which keeps
+  negatives below 95% of a (positive) teacher score with ``relative_margin = 0.05``. Written
+  with ``|s⁺|`` the rule is the same for ``s⁺ > 0`` and still means "clearly below the
+  positive" when ``s⁺ < 0`` (where ``(1 − m) · s⁺`` would lie *above* it); it is unchanged
+  when every score is multiplied by a positive constant (a temperature). And below
+  ``s⁺ − absolute_margin`` ("TopK-MarginPos", a margin in score units). ``y⁺`` is the
+  row's first positive id. Both rules only keep something if the search reaches below the
+  positive: when many items outscore it, pass a ``range_max`` (or ``fetch``) deep enough.
 
 Of the kept candidates, ``num_negatives`` are returned per row: the hardest
 (``sampling="top"``) or a uniform random subset (``sampling="random"``). Rows with too few
@@ -498,7 +503,8 @@ class HardNegativeMiner:
         are removed too (e.g. every movie the user rated); ``range_min`` / ``range_max``:
         the rank window among the remaining candidates (``range_max`` defaults to
         ``range_min + num_negatives``); ``max_score``: absolute score ceiling;
-        ``relative_margin``: keep only scores ``< (1 − relative_margin) · s⁺``;
+        ``relative_margin``: keep only scores ``< s⁺ − relative_margin · |s⁺|`` (for
+        ``s⁺ > 0``: below ``(1 − relative_margin) · s⁺``; any sign, any positive scale);
         ``absolute_margin``: keep only scores ``< s⁺ − absolute_margin``, where ``s⁺`` is
         ``positive_scores`` (B,) or, by default, the query's score against the index's
         vector of ``positive_ids[:, 0]``; ``sampling``: ``"top"`` (hardest first) or
@@ -584,7 +590,7 @@ class HardNegativeMiner:
         if positive_scores is not None:
             s_pos = positive_scores.to(device=device, dtype=scores.dtype)[:, None]
             if relative_margin is not None:
-                keep &= scores < (1.0 - relative_margin) * s_pos
+                keep &= scores < s_pos - relative_margin * s_pos.abs()
             if absolute_margin is not None:
                 keep &= scores < s_pos - absolute_margin
         # choose num_negatives survivors per row: a sort key, smallest first
