@@ -48,16 +48,17 @@ from benchmarks.common import (
     summarize,
     write_json,
 )
-from candidate_sampling import time_calls
+from candidate_sampling import CandidateSet, time_calls
 from candidate_sampling.device import get_device, synchronize
 from candidate_sampling.scale.distributed import (
     all_gather_with_grad,
     gathered_softmax_loss,
     launch,
     rank_and_world_size,
+    ring_sigmoid_loss,
 )
 from candidate_sampling.scale.gradcache import checkpointed_in_batch_softmax_loss, gradcache_backward
-from candidate_sampling.losses import in_batch_softmax_loss
+from candidate_sampling.losses import in_batch_softmax_loss, sigmoid_pairwise_loss
 from candidate_sampling.scale.memory import CrossBatchMemory
 
 TAU = 0.1
@@ -124,17 +125,25 @@ def gradcache_rows(
     device = device or get_device()
     query_tower, item_tower = make_towers(d_in, d_hidden, d_out, device)
     x, y = make_inputs(n, d_in, device)
+    ids = torch.arange(n, device=device)  # distinct: no accidental hits to remove
+
+    def one_pass(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        positives = CandidateSet(v, ids)
+        return in_batch_softmax_loss(u, positives, temperature=TAU, remove_accidental_hits=False)
+
+    def chunked(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return checkpointed_in_batch_softmax_loss(
+            u, CandidateSet(v, ids), block_size=block, temperature=TAU,
+            remove_accidental_hits=False,
+        )
 
     def full() -> None:
         _zero_grad(query_tower, item_tower)
-        in_batch_softmax_loss(query_tower(x), item_tower(y), temperature=TAU).backward()
+        one_pass(query_tower(x), item_tower(y)).backward()
 
     def cached(checkpointed: bool) -> None:
         _zero_grad(query_tower, item_tower)
-        if checkpointed:
-            loss_fn = partial(checkpointed_in_batch_softmax_loss, block_size=block, temperature=TAU)
-        else:
-            loss_fn = partial(in_batch_softmax_loss, temperature=TAU)
+        loss_fn = chunked if checkpointed else one_pass
         gradcache_backward([query_tower, item_tower], [x, y], loss_fn, chunk_size=chunk)
 
     variants = {
@@ -191,12 +200,10 @@ def queue_rows(
         _zero_grad(query_tower, item_tower)
         u, v = query_tower(x), item_tower(y)
         if memory is None:
-            loss = in_batch_softmax_loss(u, v, candidate_ids=ids, temperature=TAU)
+            loss = in_batch_softmax_loss(u, CandidateSet(v, ids), temperature=TAU)
         else:
-            cands = memory.candidates_for(v, ids)
-            loss = in_batch_softmax_loss(
-                u, cands.candidates, candidate_ids=cands.candidate_ids, temperature=TAU
-            )
+            batch_set, queued = memory.candidates_for(v, ids)
+            loss = in_batch_softmax_loss(u, batch_set, queued, temperature=TAU)
         loss.backward()
         if memory is not None:
             memory.enqueue(v, ids)
@@ -231,6 +238,7 @@ def _distributed_worker(
     x, y = make_inputs(global_batch, d_in, device)
     rows = global_batch // world
     x, y = x[rank * rows : (rank + 1) * rows], y[rank * rows : (rank + 1) * rows]
+    ids = torch.arange(rank * rows, (rank + 1) * rows)
     params = [*query_tower.parameters(), *item_tower.parameters()]
 
     def barrier() -> None:
@@ -240,7 +248,10 @@ def _distributed_worker(
     def step() -> None:
         barrier()
         _zero_grad(query_tower, item_tower)
-        loss = gathered_softmax_loss(query_tower(x), item_tower(y), temperature=TAU)
+        loss = gathered_softmax_loss(
+            query_tower(x), CandidateSet(item_tower(y), ids), temperature=TAU,
+            remove_accidental_hits=False,
+        )
         loss.backward()
         if world > 1:  # DDP averages gradients (bucketed; here one tensor at a time)
             for p in params:
@@ -452,3 +463,86 @@ def run(out: Path, *, quick: bool, distributed: bool = True, smoke: bool = False
     write_json(out / "negatives.json", result)
     (out / "negatives.md").write_text(report(grad, queue, dist_result, ratios))
     return result
+
+
+# --------------------------------------------------------------------------- chapter 7's check
+
+
+def demo_gathered_step(
+    *,
+    seed: int = 0,
+    rows_per_rank: int = 16,
+    dim: int = 8,
+    num_items: int = 40,
+    temperature: float = 0.5,
+) -> dict[str, float]:
+    """Chapter 7's check, run inside :func:`~candidate_sampling.scale.distributed.launch`.
+
+    One gathered step on each rank against the one-process step (demo code: it lives with
+    the benchmarks, not in the package; ``launch`` needs an importable function).
+
+    Every rank draws the same global batch (``W · rows_per_rank`` rows of float64 features,
+    item ids from ``num_items`` with repeats, so duplicates fall on different ranks), the
+    same two linear towers, and keeps its own rows. It computes
+    :func:`~candidate_sampling.scale.distributed.gathered_softmax_loss` and
+    :func:`~candidate_sampling.scale.distributed.ring_sigmoid_loss` (with ids and log Q),
+    back-propagates, and averages the parameter gradients over ranks (what DDP does). It
+    also computes the single-process losses on the concatenated batch. Returns, for both
+    losses, the global loss (mean of the ranks' losses), the reference, and the largest
+    absolute difference over the loss and every parameter gradient. Chapter 7.
+    """
+    rank, world = rank_and_world_size()
+    gen = torch.Generator().manual_seed(seed)
+    n = world * rows_per_rank
+    x = torch.randn(n, dim, generator=gen, dtype=torch.float64)
+    y = torch.randn(n, dim, generator=gen, dtype=torch.float64)
+    ids = torch.randint(0, num_items, (n,), generator=gen)
+    probs = torch.rand(num_items, generator=gen, dtype=torch.float64) + 0.5
+    probs = probs / probs.sum()
+    w_query = torch.randn(dim, dim, generator=gen, dtype=torch.float64) / dim
+    w_item = torch.randn(dim, dim, generator=gen, dtype=torch.float64) / dim
+    own = slice(rank * rows_per_rank, (rank + 1) * rows_per_rank)
+    out: dict[str, float] = {"rank": rank, "world_size": world}
+
+    def step(loss_fn, rows):
+        params = [w_query.clone().requires_grad_(), w_item.clone().requires_grad_()]
+        bias = torch.tensor(-1.0, dtype=torch.float64, requires_grad=True)
+        loss = loss_fn(x[rows] @ params[0], y[rows] @ params[1], ids[rows], bias)
+        loss.backward()
+        return loss.detach(), [p.grad for p in params] + [bias.grad]
+
+    def softmax_local(u, v, i, bias):
+        positives = CandidateSet(v, i)
+        loss = gathered_softmax_loss(
+            u, positives, item_probabilities=probs, temperature=temperature
+        )
+        return loss + 0 * bias
+
+    def softmax_single(u, v, i, bias):
+        positives = CandidateSet.from_batch(v, i, item_probabilities=probs)  # log(n·p), n = N
+        return in_batch_softmax_loss(u, positives, temperature=temperature) + 0 * bias
+
+    def sigmoid_local(u, v, i, bias):
+        return ring_sigmoid_loss(
+            u, CandidateSet(v, i), item_probabilities=probs, temperature=temperature, bias=bias
+        )
+
+    def sigmoid_single(u, v, i, bias):
+        positives = CandidateSet.from_batch(v, i, item_probabilities=probs)
+        return sigmoid_pairwise_loss(u, positives, temperature=temperature, bias=bias)
+
+    for name, local, single in (
+        ("softmax", softmax_local, softmax_single),
+        ("sigmoid", sigmoid_local, sigmoid_single),
+    ):
+        loss, grads = step(local, own)
+        if world > 1:
+            for t in [loss, *grads]:
+                dist.all_reduce(t, op=dist.ReduceOp.SUM)
+                t /= world  # DDP averages gradients; the global loss is the mean of the ranks'
+        ref_loss, ref_grads = step(single, slice(0, n))
+        diffs = [(loss - ref_loss).abs()] + [(a - b).abs().max() for a, b in zip(grads, ref_grads)]
+        out[f"{name}_loss"] = float(loss)
+        out[f"{name}_reference"] = float(ref_loss)
+        out[f"{name}_max_abs_diff"] = float(torch.stack(diffs).max())
+    return out

@@ -13,11 +13,13 @@ import torch
 import torch.distributed as dist
 
 from candidate_sampling.scale import distributed
+from candidate_sampling import CandidateSet
 from candidate_sampling.scale.distributed import (
     gather_candidates,
     gathered_softmax_loss,
     launch,
     rank_and_world_size,
+    rank_sizes,
     ring_sigmoid_loss,
 )
 from candidate_sampling.losses import (
@@ -100,29 +102,31 @@ def compare(local_fn, reference_fn, sizes, rank, world, seed=0):
     start = sum(sizes[:rank])
     own = slice(start, start + sizes[rank])
     average = len(set(sizes)) == 1
-    got = step(local_fn, x[own], y[own], ids[own], probs[ids[own]], weights, world, average)
-    want = step(reference_fn, x, y, ids, probs[ids], weights, 1)
+    got = step(local_fn, x[own], y[own], ids[own], probs, weights, world, average)
+    want = step(reference_fn, x, y, ids, probs, weights, 1)
     return max(float((a - b).abs().max()) for a, b in zip(got, want))
 
 
 def _softmax_local(u, v, i, p, bias):
-    return gathered_softmax_loss(u, v, positive_ids=i, positive_probs=p, temperature=TAU)
+    return gathered_softmax_loss(u, CandidateSet(v, i), item_probabilities=p, temperature=TAU)
 
 
 def _softmax_local_sum(u, v, i, p, bias):
     total = gathered_softmax_loss(
-        u, v, positive_ids=i, positive_probs=p, temperature=TAU, reduction="sum"
+        u, CandidateSet(v, i), item_probabilities=p, temperature=TAU, reduction="sum"
     )
     return total / 8  # N = 3 + 5 rows in the global batch
 
 
 def _softmax_rank_order(u, v, i, p, bias, *, use_offset=True):
     """Rank-ordered candidates; row i's positive at the global index offset + i."""
-    g = gather_candidates(v, positive_ids=i, positive_probs=p)
-    rank_order = torch.roll(g.candidates, g.offset, dims=0)
-    ids = torch.roll(g.candidate_ids, g.offset)
-    log_q = torch.roll(g.log_q, g.offset)
-    columns = torch.arange(u.shape[0]) + (g.offset if use_offset else 0)
+    g = gather_candidates(CandidateSet(v, i), item_probabilities=p)
+    rank, _ = rank_and_world_size()
+    offset = sum(rank_sizes(u.shape[0])[:rank])
+    rank_order = torch.roll(g.embeddings, offset, dims=0)
+    ids = torch.roll(g.ids, offset)
+    log_q = torch.roll(g.log_q, offset)
+    columns = torch.arange(u.shape[0]) + (offset if use_offset else 0)
     logits = mask_logits(
         (u @ rank_order.T) / TAU - log_q,
         accidental_hits(i, ids, positive_columns=columns),
@@ -136,15 +140,40 @@ def global_log_q(p):
 
 
 def _softmax_single(u, v, i, p, bias):
-    return softmax_reference(u, v, i, global_log_q(p))
+    return softmax_reference(u, v, i, global_log_q(p[i]))
 
 
 def _sigmoid_local(u, v, i, p, bias):
-    return ring_sigmoid_loss(u, v, positive_ids=i, positive_probs=p, temperature=TAU, bias=bias)
+    return ring_sigmoid_loss(
+        u, CandidateSet(v, i), item_probabilities=p, temperature=TAU, bias=bias
+    )
 
 
 def _sigmoid_single(u, v, i, p, bias):
-    return sigmoid_reference(u, v, i, global_log_q(p), bias)
+    return sigmoid_reference(u, v, i, global_log_q(p[i]), bias)
+
+
+def _set(n, d=2):
+    return CandidateSet(torch.zeros(n, d), torch.arange(n))
+
+
+def _masked_ring(rank):
+    """Ring sigmoid (3 rows per rank) with an invalid column, global column 1, against a
+    loop that drops that column's terms (its own row keeps its positive)."""
+    x, y, ids, _, _ = make_data([3, 3])
+    rows = slice(3 * rank, 3 * rank + 3)
+    chunk = CandidateSet(y[rows], ids[rows], mask=torch.arange(6)[rows] != 1)
+    got = ring_sigmoid_loss(x[rows], chunk, temperature=TAU, bias=-0.5, reduction="none")
+    want = []
+    for i in range(rows.start, rows.stop):
+        total = torch.zeros((), dtype=F64)
+        for j in range(6):
+            if j != i and (ids[j] == ids[i] or j == 1):
+                continue
+            z = x[i] @ y[j] / TAU - 0.5
+            total = total - torch.nn.functional.logsigmoid(z if j == i else -z)
+        want.append(total)
+    return float((got - torch.stack(want)).abs().max())
 
 
 def _interleave(gathered, offset):
@@ -175,16 +204,22 @@ def _worker():
     finally:
         distributed._local_first = original
 
+    rows = slice(0, 6) if rank == 0 else slice(6, 9)
     g = gather_candidates(
-        y[:6] if rank == 0 else y[6:9],
-        positive_ids=ids[:6] if rank == 0 else ids[6:9],
-        positive_probs=torch.full((6 if rank == 0 else 3,), 0.25, dtype=F64),
+        CandidateSet(y[rows], ids[rows], mask=torch.arange(9)[rows] != 1),
+        item_probabilities=torch.full((5,), 0.25, dtype=F64),
     )
-    out["offset"], out["sizes"] = g.offset, g.sizes
-    out["first_id_is_local"] = int(g.candidate_ids[0]) == int(ids[0 if rank == 0 else 6])
+    sizes = rank_sizes(6 if rank == 0 else 3)
+    out["offset"], out["sizes"] = sum(sizes[:rank]), sizes
+    out["first_id_is_local"] = int(g.ids[0]) == int(ids[0 if rank == 0 else 6])
     out["log_q"] = torch.unique(g.log_q).tolist()
+    out["mask"] = g.mask.tolist()
+    out["masked_sigmoid"] = _masked_ring(rank)
+    from benchmarks.negatives import demo_gathered_step  # chapter 7's check, not the package's
+
+    out["demo"] = demo_gathered_step(seed=3, rows_per_rank=5)
     try:
-        ring_sigmoid_loss(torch.randn(2 + rank, 4), torch.randn(2 + rank, 4))
+        ring_sigmoid_loss(torch.randn(2 + rank, 4), _set(2 + rank, d=4))
         out["ring_unequal_error"] = ""
     except ValueError as err:
         out["ring_unequal_error"] = str(err)
@@ -229,9 +264,25 @@ def test_gather_reports_offsets_sizes_and_global_log_q(results):
     assert [r["offset"] for r in results] == [0, 6]
     assert results[0]["sizes"] == results[1]["sizes"] == [6, 3]
     assert all(r["first_id_is_local"] for r in results)
+    # the mask travels with its columns: global column 1 (rank 0's row 1) is invalid
+    assert results[0]["mask"] == [True, False] + [True] * 7
+    assert results[1]["mask"] == [True] * 4 + [False] + [True] * 4
     # expected count of an item among N = 9 gathered positives drawn with p = 0.25
     for r in results:
         assert r["log_q"] == pytest.approx([float(torch.log(torch.tensor(9 * 0.25)))], abs=1e-6)
+
+
+def test_chapter_7_demo_step_equals_the_one_process_step(results):
+    """benchmarks.negatives.demo_gathered_step (moved out of the package) still agrees."""
+    for r in results:
+        demo = r["demo"]
+        assert demo["world_size"] == 2
+        assert demo["softmax_max_abs_diff"] < 1e-10 and demo["sigmoid_max_abs_diff"] < 1e-10
+
+
+def test_ring_sigmoid_drops_a_masked_column_on_every_rank(results):
+    for r in results:
+        assert r["masked_sigmoid"] < 1e-10
 
 
 def test_ring_refuses_unequal_batches(results):
@@ -243,19 +294,21 @@ def test_one_process_needs_no_process_group():
     assert rank_and_world_size() == (0, 1)
     v = torch.randn(4, 3, dtype=F64, requires_grad=True)
     ids = torch.tensor([1, 2, 1, 3])
-    g = gather_candidates(v, positive_ids=ids, positive_probs=torch.full((4,), 0.1, dtype=F64))
-    assert g.candidates is v and torch.equal(g.candidate_ids, ids)
-    assert g.offset == 0 and g.sizes == [4]
+    p = torch.full((10,), 0.1, dtype=F64)
+    g = gather_candidates(CandidateSet(v, ids), item_probabilities=p)
+    assert g.embeddings is v and torch.equal(g.ids, ids)
+    assert rank_sizes(4) == [4]
     torch.testing.assert_close(g.log_q, torch.full((4,), float(torch.log(torch.tensor(0.4)))))
     u = torch.randn(4, 3, dtype=F64)
-    p = torch.full((4,), 0.1, dtype=F64)
     torch.testing.assert_close(
-        gathered_softmax_loss(u, v, positive_ids=ids, positive_probs=p, temperature=TAU),
-        softmax_reference(u, v, ids, global_log_q(p)),
+        gathered_softmax_loss(u, CandidateSet(v, ids), item_probabilities=p, temperature=TAU),
+        softmax_reference(u, v, ids, global_log_q(p[ids])),
     )
     torch.testing.assert_close(
-        ring_sigmoid_loss(u, v, positive_ids=ids, positive_probs=p, temperature=TAU, bias=-0.5),
-        sigmoid_reference(u, v, ids, global_log_q(p), -0.5),
+        ring_sigmoid_loss(
+            u, CandidateSet(v, ids), item_probabilities=p, temperature=TAU, bias=-0.5
+        ),
+        sigmoid_reference(u, v, ids, global_log_q(p[ids]), -0.5),
     )
 
 
@@ -269,21 +322,34 @@ def test_a_failing_rank_raises_with_its_traceback():
     [
         (lambda: launch(_raises, world_size=0), "world_size must be >= 1"),
         (lambda: launch(_raises, backend="mpi"), "backend must be 'gloo' or 'nccl'"),
-        (lambda: gather_candidates(torch.zeros(3)), "positives must have shape"),
+        (lambda: gather_candidates(torch.zeros(3, 2)), "positives must be a CandidateSet"),
+        (
+            lambda: gather_candidates(_set(3), item_probabilities=torch.full((3,), 1.5)),
+            "item_probabilities must lie in",
+        ),
         (
             lambda: gather_candidates(
-                torch.zeros(3, 2), positive_ids=torch.zeros(2, dtype=torch.int64)
+                CandidateSet(torch.zeros(3, 2), torch.arange(3), log_q=torch.zeros(3)),
+                item_probabilities=torch.full((3,), 0.1),
             ),
-            "positive_ids must have shape",
+            "item_probabilities or positives.log_q, not both",
         ),
         (
-            lambda: gather_candidates(torch.zeros(3, 2), positive_probs=torch.full((3,), 1.5)),
-            "positive_probs must lie in",
+            lambda: gather_candidates(
+                CandidateSet(torch.zeros(3, 2), torch.arange(3), log_q=torch.zeros(2, 3))
+            ),
+            r"positives.log_q must be shared by the batch",
         ),
         (
-            lambda: ring_sigmoid_loss(torch.zeros(3, 2), torch.zeros(2, 2)),
+            # an id outside the table (a negative one would wrap around): refused
+            lambda: gather_candidates(_set(3), item_probabilities=torch.full((2,), 0.1)),
+            r"ids must lie in \[0, 2\)",
+        ),
+        (
+            lambda: ring_sigmoid_loss(torch.zeros(3, 2), _set(2)),
             "batch size B must agree",
         ),
+        (lambda: distributed.rank_sizes(-1), "rows must be >= 0"),
         (lambda: distributed.all_gather_with_grad(torch.tensor(1.0)), "at least one dimension"),
     ],
 )

@@ -88,7 +88,7 @@ def _loop_reference(batches, num_buckets, alpha):
 def test_streaming_update_matches_loop_reference():
     gen = torch.Generator().manual_seed(0)
     batches = [torch.randint(0, 20, (8,), generator=gen) for _ in range(50)]
-    est = StreamingFrequencyEstimator(20, alpha=0.2, hash_ids=False)
+    est = StreamingFrequencyEstimator(20, learning_rate=0.2, hash_ids=False)
     for batch in batches:
         est.update(batch)
     last, gap = _loop_reference([b.tolist() for b in batches], 20, 0.2)
@@ -97,8 +97,8 @@ def test_streaming_update_matches_loop_reference():
 
 
 def test_duplicates_in_a_batch_count_once():
-    once = StreamingFrequencyEstimator(5, alpha=0.5, hash_ids=False)
-    many = StreamingFrequencyEstimator(5, alpha=0.5, hash_ids=False)
+    once = StreamingFrequencyEstimator(5, learning_rate=0.5, hash_ids=False)
+    many = StreamingFrequencyEstimator(5, learning_rate=0.5, hash_ids=False)
     for _ in range(4):
         once.update(torch.tensor([1, 2]))
         many.update(torch.tensor([1, 1, 1, 2]))
@@ -107,7 +107,7 @@ def test_duplicates_in_a_batch_count_once():
 
 
 def test_paper_zero_initialisation():
-    est = StreamingFrequencyEstimator(3, alpha=0.1, hash_ids=False, warm_start=False)
+    est = StreamingFrequencyEstimator(3, learning_rate=0.1, hash_ids=False, warm_start=False)
     est.update(torch.tensor([0]))
     est.update(torch.tensor([1]))
     # first sighting of item 1 at t=2: B = 0.9 * 0 + 0.1 * 2
@@ -115,7 +115,7 @@ def test_paper_zero_initialisation():
 
 
 def test_unseen_items_get_small_estimate():
-    est = StreamingFrequencyEstimator(10, alpha=0.1, hash_ids=False)
+    est = StreamingFrequencyEstimator(10, learning_rate=0.1, hash_ids=False)
     for _ in range(9):
         est.update(torch.tensor([0]))
     assert float(est.estimate(torch.tensor([5]))) == pytest.approx(1 / 10)
@@ -132,7 +132,7 @@ def test_streaming_estimate_converges_to_inclusion_probability(num_hashes, num_b
     probs /= probs.sum()
     gen = torch.Generator().manual_seed(0)
     est = StreamingFrequencyEstimator(
-        num_buckets, alpha=0.02, num_hashes=num_hashes, hash_ids=hash_ids, seed=3
+        num_buckets, learning_rate=0.02, num_hashes=num_hashes, hash_ids=hash_ids, seed=3
     )
     errors = []
     truth = inclusion_probability(probs, batch)
@@ -146,7 +146,7 @@ def test_streaming_estimate_converges_to_inclusion_probability(num_hashes, num_b
 
 
 def test_log_inclusion_is_log_estimate():
-    est = StreamingFrequencyEstimator(8, alpha=0.5, hash_ids=False)
+    est = StreamingFrequencyEstimator(8, learning_rate=0.5, hash_ids=False)
     est.update(torch.tensor([1, 2]))
     est.update(torch.tensor([1]))
     ids = torch.tensor([1, 2, 3])
@@ -175,10 +175,10 @@ def test_bad_inputs():
         inclusion_probability(torch.tensor([float("nan")]), 3)
     with pytest.raises(ValueError, match="probs must be a floating-point"):
         inclusion_probability(torch.tensor([0, 1]), 3)
-    with pytest.raises(ValueError, match="alpha"):
-        StreamingFrequencyEstimator(10, alpha=0.0)
-    with pytest.raises(ValueError, match="alpha"):
-        StreamingFrequencyEstimator(10, alpha=1.5)
+    with pytest.raises(ValueError, match="learning_rate"):
+        StreamingFrequencyEstimator(10, learning_rate=0.0)
+    with pytest.raises(ValueError, match="learning_rate"):
+        StreamingFrequencyEstimator(10, learning_rate=1.5)
     with pytest.raises(ValueError, match="num_buckets"):
         StreamingFrequencyEstimator(0)
     with pytest.raises(ValueError, match="num_hashes"):

@@ -12,6 +12,7 @@ from torch import nn
 
 from candidate_sampling.scale import gradcache
 from candidate_sampling.scale.gradcache import checkpointed_in_batch_softmax_loss, gradcache_backward
+from candidate_sampling import CandidateSet
 from candidate_sampling.losses import in_batch_softmax_loss
 from candidate_sampling.losses.sigmoid import SigmoidPairwiseLoss
 
@@ -58,7 +59,7 @@ def test_two_towers_with_dropout_match_the_big_batch_step(chunk_size):
     x, y, ids = data()
 
     def loss_fn(u, v):
-        return in_batch_softmax_loss(u, v, candidate_ids=ids, temperature=0.5)
+        return in_batch_softmax_loss(u, CandidateSet(v, ids), temperature=0.5)
 
     torch.manual_seed(7)
     out = gradcache_backward([query_tower, item_tower], [x, y], loss_fn, chunk_size=chunk_size)
@@ -75,7 +76,7 @@ def test_without_dropout_equals_a_single_full_batch_forward():
     x, y, ids = data(n=32)
 
     def loss_fn(u, v):
-        return in_batch_softmax_loss(u, v, candidate_ids=ids)
+        return in_batch_softmax_loss(u, CandidateSet(v, ids))
 
     gradcache_backward([query_tower, item_tower], [x, y], loss_fn, chunk_size=5)
     cached = grads(query_tower, item_tower)
@@ -83,12 +84,17 @@ def test_without_dropout_equals_a_single_full_batch_forward():
     assert max_diff(cached, grads(query_tower, item_tower)) < 1e-10
 
 
+def _batch(v):
+    """The batch's positives as columns with distinct ids (no accidental hits)."""
+    return CandidateSet(v, torch.arange(v.shape[0]))
+
+
 def test_rng_replay_is_what_makes_dropout_match(monkeypatch):
     query_tower, item_tower = tower(0), tower(1)
     x, y, _ = data()
 
     def loss_fn(u, v):
-        return in_batch_softmax_loss(u, v)
+        return in_batch_softmax_loss(u, _batch(v))
 
     monkeypatch.setattr(gradcache._RngState, "replay", lambda self: contextlib.nullcontext())
     torch.manual_seed(7)
@@ -117,7 +123,7 @@ def test_shared_encoder_two_views_and_a_learnable_loss():
     loss_module = SigmoidPairwiseLoss().to(F64)
 
     def loss_fn(a, b):
-        return loss_module(a, b)
+        return loss_module(a, _batch(b))
 
     torch.manual_seed(5)
     out = gradcache_backward(encoder, [x, y], loss_fn, chunk_size=4)
@@ -140,7 +146,7 @@ def test_tuple_and_dict_inputs_and_loss_kwargs():
     x, y, ids = data(n=10)
 
     def loss_fn(u, v, *, candidate_ids):
-        return in_batch_softmax_loss(u, v, candidate_ids=candidate_ids)
+        return in_batch_softmax_loss(u, CandidateSet(v, candidate_ids))
 
     gradcache_backward(
         model,
@@ -159,13 +165,16 @@ def test_gradient_accumulation_computes_a_different_loss():
     query_tower, item_tower = tower(0, dropout=0.0), tower(1, dropout=0.0)
     x, y, _ = data(n=24)
     gradcache_backward(
-        [query_tower, item_tower], [x, y], lambda u, v: in_batch_softmax_loss(u, v), chunk_size=6
+        [query_tower, item_tower],
+        [x, y],
+        lambda u, v: in_batch_softmax_loss(u, _batch(v)),
+        chunk_size=6,
     )
     big = grads(query_tower, item_tower)
-    big_loss = in_batch_softmax_loss(query_tower(x), item_tower(y)).detach()
+    big_loss = in_batch_softmax_loss(query_tower(x), _batch(item_tower(y))).detach()
     chunk_losses = []
     for xc, yc in zip(x.split(6), y.split(6)):
-        loss = in_batch_softmax_loss(query_tower(xc), item_tower(yc)) / 4
+        loss = in_batch_softmax_loss(query_tower(xc), _batch(item_tower(yc))) / 4
         loss.backward()
         chunk_losses.append(loss.detach())
     accumulated = grads(query_tower, item_tower)
@@ -189,16 +198,23 @@ def test_checkpointed_loss_equals_the_one_pass_loss(batch, extra, block, seed):
     gen = torch.Generator().manual_seed(seed)
     n = batch + extra
     query = torch.randn(batch, 3, generator=gen, dtype=F64, requires_grad=True)
-    candidates = torch.randn(n, 3, generator=gen, dtype=F64, requires_grad=True)
+    embeddings = torch.randn(n, 3, generator=gen, dtype=F64, requires_grad=True)
     ids = torch.randint(0, 4, (n,), generator=gen)
     log_q = torch.randn(n, generator=gen, dtype=F64)
-    kwargs = {"candidate_ids": ids, "log_q": log_q, "temperature": 0.6, "reduction": "none"}
-    got = checkpointed_in_batch_softmax_loss(query, candidates, block_size=block, **kwargs)
-    want = in_batch_softmax_loss(query, candidates, **kwargs)
+    # per-row log Q and mask on the extra columns: sliced with each block's rows
+    extra_log_q = torch.randn(batch, extra, generator=gen, dtype=F64)
+    extra_mask = torch.rand(batch, extra, generator=gen) < 0.7
+    positives = CandidateSet(embeddings[:batch], ids[:batch], log_q[:batch])
+    candidates = CandidateSet(embeddings[batch:], ids[batch:], extra_log_q, extra_mask)
+    kwargs = {"temperature": 0.6, "reduction": "none"}
+    got = checkpointed_in_batch_softmax_loss(
+        query, positives, candidates, block_size=block, **kwargs
+    )
+    want = in_batch_softmax_loss(query, positives, candidates, **kwargs)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     weights = torch.rand(batch, generator=gen, dtype=F64)
-    g_got = torch.autograd.grad((got * weights).sum(), [query, candidates])
-    g_want = torch.autograd.grad((want * weights).sum(), [query, candidates])
+    g_got = torch.autograd.grad((got * weights).sum(), [query, embeddings])
+    g_want = torch.autograd.grad((want * weights).sum(), [query, embeddings])
     for a, b in zip(g_got, g_want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
@@ -228,8 +244,17 @@ def test_checkpointed_loss_equals_the_one_pass_loss(batch, extra, block, seed):
             "must be callable",
         ),
         (
-            lambda t, x: checkpointed_in_batch_softmax_loss(x, x, block_size=0),
+            lambda t, x: checkpointed_in_batch_softmax_loss(x, _batch(x), block_size=0),
             "block_size must be >= 1",
+        ),
+        (
+            # fewer positive columns than rows: an error, not a positive wrapped around
+            lambda t, x: checkpointed_in_batch_softmax_loss(x, _batch(x[:3]), block_size=2),
+            "positives must have B = 20 columns",
+        ),
+        (
+            lambda t, x: checkpointed_in_batch_softmax_loss(x, x, block_size=2),
+            "positives must be a CandidateSet",
         ),
     ],
 )

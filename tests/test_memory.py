@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch import nn
 
+from candidate_sampling import CandidateSet
 from candidate_sampling.losses import in_batch_softmax_loss
 from candidate_sampling.scale.memory import (
     CrossBatchMemory,
@@ -57,16 +58,18 @@ def test_candidates_are_batch_then_queue_with_expected_count_log_q():
     memory.enqueue(torch.randn(4, 3, generator=gen, dtype=F64), torch.tensor([1, 2, 3, 1]))
     positives = torch.randn(3, 3, generator=gen, dtype=F64, requires_grad=True)
     ids = torch.tensor([1, 7, 9])
-    cands = memory.candidates_for(positives, ids, item_probabilities=probs)
-    assert cands.candidates.shape == (7, 3) and cands.candidates.requires_grad
-    torch.testing.assert_close(cands.candidates[:3], positives)
-    torch.testing.assert_close(cands.candidates[3:], memory.embeddings)
-    assert cands.candidate_ids.tolist() == [1, 7, 9, 1, 3, 2, 1]
+    batch, queued = memory.candidates_for(positives, ids, item_probabilities=probs)
+    assert isinstance(batch, CandidateSet) and isinstance(queued, CandidateSet)
+    assert batch.embeddings is positives and not queued.embeddings.requires_grad
+    torch.testing.assert_close(queued.embeddings, memory.embeddings)
+    assert batch.ids.tolist() == [1, 7, 9] and queued.ids.tolist() == [1, 3, 2, 1]
     # expected count of y among 3 batch + 4 queued popularity draws: (3 + 4)·p(y)
+    both = CandidateSet.concat(batch, queued)
     torch.testing.assert_close(
-        cands.log_q, torch.log(7 * probs[cands.candidate_ids]).float(), rtol=0, atol=1e-6
+        both.log_q, torch.log(7 * probs[both.ids]).float(), rtol=0, atol=1e-6
     )
-    assert memory.candidates_for(positives, ids).log_q is None
+    plain_batch, plain_queue = memory.candidates_for(positives, ids)
+    assert plain_batch.log_q is None and plain_queue.log_q is None
 
 
 def test_queued_copies_of_a_positive_are_masked_as_accidental_hits():
@@ -78,23 +81,63 @@ def test_queued_copies_of_a_positive_are_masked_as_accidental_hits():
     query = torch.randn(3, 4, generator=gen, dtype=F64)
     positives = torch.randn(3, 4, generator=gen, dtype=F64)
     ids = torch.tensor([3, 4, 5])
-    cands = memory.candidates_for(positives, ids)
-    per_row = in_batch_softmax_loss(
-        query, cands.candidates, candidate_ids=cands.candidate_ids, reduction="none"
-    )
+    batch, queued = memory.candidates_for(positives, ids)
+    per_row = in_batch_softmax_loss(query, batch, queued, reduction="none")
+    columns = torch.cat([batch.embeddings, queued.embeddings])
+    column_ids = torch.cat([batch.ids, queued.ids])
     for i in range(3):
-        keep = [j for j in range(11) if j == i or cands.candidate_ids[j] != ids[i]]
-        logits = query[i] @ cands.candidates[keep].T
+        keep = [j for j in range(11) if j == i or column_ids[j] != ids[i]]
+        logits = query[i] @ columns[keep].T
         want = torch.logsumexp(logits, 0) - query[i] @ positives[i]
         torch.testing.assert_close(per_row[i], want)
     unmasked = in_batch_softmax_loss(
-        query,
-        cands.candidates,
-        candidate_ids=cands.candidate_ids,
-        remove_accidental_hits=False,
-        reduction="none",
+        query, batch, queued, remove_accidental_hits=False, reduction="none"
     )
     assert unmasked[0] > per_row[0]  # three queued copies of item 3 were false negatives
+
+
+def test_an_empty_queue_gives_the_plain_in_batch_loss():
+    memory = CrossBatchMemory(4, 2)
+    u, v, ids = torch.randn(3, 2), torch.randn(3, 2), torch.tensor([0, 1, 2])
+    batch, queued = memory.candidates_for(v, ids)
+    assert len(queued) == 0
+    torch.testing.assert_close(
+        in_batch_softmax_loss(u, batch, queued), in_batch_softmax_loss(u, CandidateSet(v, ids))
+    )
+
+
+def test_half_precision_queue_refuses_what_it_would_store_as_inf():
+    memory = CrossBatchMemory(4, 2, dtype=torch.float16)
+    memory.enqueue(torch.tensor([[1e4, -2.0]]), torch.tensor([0]))  # fits float16
+    with pytest.raises(ValueError, match="embeddings must fit the queue's dtype torch.float16"):
+        memory.enqueue(torch.tensor([[1e5, 0.0]]), torch.tensor([1]))
+    assert torch.isfinite(memory.embeddings).all() and len(memory) == 1
+    wide = CrossBatchMemory(4, 2)  # float32 storage keeps it
+    wide.enqueue(torch.tensor([[1e5, 0.0]]), torch.tensor([1]))
+    assert float(wide.embeddings[0, 0]) == 1e5
+
+
+def test_negative_and_nan_entries_are_refused():
+    memory = CrossBatchMemory(4, 2)
+    with pytest.raises(ValueError, match="ids must be >= 0"):
+        memory.enqueue(torch.zeros(1, 2), torch.tensor([-1]))
+    with pytest.raises(ValueError, match="embeddings must be finite"):
+        memory.enqueue(torch.tensor([[float("nan"), 0.0]]), torch.tensor([0]))
+    memory.enqueue(torch.zeros(2, 2), torch.tensor([0, 1]))
+    # a negative batch id would read item_probabilities[-1]: refused by name
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 3\)"):
+        memory.candidates_for(
+            torch.zeros(1, 2), torch.tensor([-1]), item_probabilities=torch.full((3,), 1 / 3)
+        )
+
+
+def test_value_checks_obey_the_switch():
+    import candidate_sampling as cs
+
+    memory = CrossBatchMemory(4, 2)
+    with cs.validate_args(False):
+        memory.enqueue(torch.tensor([[float("nan"), 0.0]]), torch.tensor([0]))
+    assert len(memory) == 1
 
 
 def test_enqueue_more_than_capacity_keeps_the_last_rows():

@@ -15,8 +15,8 @@ from candidate_sampling.sampling.samplers import (
     UniformSampler,
     UnigramSampler,
     build_alias_table,
-    log_expected_count,
 )
+from candidate_sampling.sampling.frequency import log_expected_count
 
 V = 40
 EXCLUDE = [0]

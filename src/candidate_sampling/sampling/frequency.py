@@ -10,12 +10,18 @@ candidate with a probability that grows with its popularity. The correction subt
 * :func:`inclusion_probability` — ``1 − (1 − p)^n``: the probability that ``y`` is among
   ``n`` draws with replacement (``n = B`` for the positives of a batch); the formula
   lives here only, the samplers call it.
+* :func:`log_expected_count` — ``log(k·p)`` or ``log(1 − (1 − p)^tries)``: the log Q of a
+  sampler's draw (chapter 4), and :func:`batch_log_q` — ``log(n·p(y))`` of columns that
+  are past or present training positives (a batch, a queue, every rank's batch).
 * :func:`mixed_log_q` — ``log Q*`` for mixed negatives (batch positives plus ``B'``
   sampled extras), three readings of it.
 * :class:`StreamingFrequencyEstimator` — Yi et al. (2019), Algorithm 2: estimate each
   item's probability of appearing in a batch from the stream of batches alone, with
   hashed arrays of fixed size, adapting when popularity drifts
   (:meth:`~StreamingFrequencyEstimator.log_inclusion`).
+
+This module is the one place where log Q is computed: the samplers, ``CandidateSet``'s
+constructors and every source in :mod:`candidate_sampling.scale` call these functions.
 
 Vocabulary: ``log_q`` is always the log *expected count* of a candidate in the candidate
 set; ``log_inclusion`` is the log probability that it is in the set at all. The two agree
@@ -40,6 +46,8 @@ from candidate_sampling._validate import (
 __all__ = [
     "MIXED_Q_FORMS",
     "StreamingFrequencyEstimator",
+    "batch_log_q",
+    "log_expected_count",
     "inclusion_probability",
     "item_counts",
     "item_probabilities",
@@ -86,9 +94,69 @@ def inclusion_probability(probs: torch.Tensor, num_draws: int) -> torch.Tensor:
     """
     check_int_range("num_draws", num_draws, 0)
     check_probabilities("probs", probs)
+    return _inclusion(probs, num_draws)
+
+
+def _inclusion(probs: torch.Tensor, num_draws: int) -> torch.Tensor:
+    """``1 − (1 − p)^n`` of :func:`inclusion_probability`, arguments already checked."""
     if num_draws == 0:  # no draws, nothing included (0 · log1p(−1) would be NaN at p = 1)
         return torch.zeros_like(probs)
     return -torch.expm1(num_draws * torch.log1p(-probs))
+
+
+def log_expected_count(
+    probs: torch.Tensor, *, num_samples: int, num_tries: int, unique: bool
+) -> torch.Tensor:
+    """Log expected count of ids with per-draw probability ``probs`` in a draw (chapter 4).
+
+    ``unique=False``: ``log(k · p)`` with ``k = num_samples`` (``num_tries`` must equal it);
+    ``unique=True``: ``log(1 − (1 − p)^num_tries)``
+    (:func:`~candidate_sampling.sampling.frequency.inclusion_probability`), ``num_tries ≥ k``.
+    ``probs``: any shape, in [0, 1] → float32 of the same shape (``-inf`` where ``p = 0``).
+    The samplers' :class:`~candidate_sampling.sampling.samplers.CandidateDraw` log Q and
+    :func:`batch_log_q` both come from here.
+    """
+    check_int_range("num_samples", num_samples, 1)
+    check_int_range("num_tries", num_tries, num_samples)
+    if not isinstance(unique, bool):
+        raise ValueError(f"unique must be a bool, got {type(unique).__name__}")
+    if not unique and num_tries != num_samples:
+        raise ValueError(
+            f"num_tries must equal num_samples ({num_samples}) when unique=False, got {num_tries}"
+        )
+    check_probabilities("probs", probs)
+    return _log_expected_count(probs, num_samples, num_tries, unique)
+
+
+def _log_expected_count(probs: torch.Tensor, k: int, tries: int, unique: bool) -> torch.Tensor:
+    """The formula of :func:`log_expected_count`, arguments already checked."""
+    # float64 where the device has it (not MPS): log(k·p) of tiny p stays exact
+    work = probs.to(torch.float64 if probs.device.type != "mps" else torch.float32)
+    if unique:
+        return torch.log(_inclusion(work, tries)).float()
+    return torch.log(k * work).float()
+
+
+def batch_log_q(
+    ids: torch.Tensor, item_probabilities: torch.Tensor, *, num_draws: int
+) -> torch.Tensor:
+    """log Q of columns that are training positives: ``log(n · p(y))`` for each id.
+
+    The in-batch columns of a batch, the entries of a queue of past positives and the
+    positives gathered from every rank are all draws from ``p``, the probability that a
+    training positive is ``y`` (:func:`item_probabilities`); among ``n = num_draws`` such
+    draws (B for a batch, ``B + K'`` for a batch with a queue of ``K'``, ``N = Σ_r B_r``
+    across ranks) the expected count of ``y`` is ``n·p(y)`` (:func:`log_expected_count`
+    with replacement). ``ids``: any shape of ids in ``[0, |V|)`` (checked: a negative id
+    would wrap around to the last item's probability); ``item_probabilities``: (|V|,) in
+    [0, 1]. Returns float32 of ``ids``' shape on ``ids``' device. Chapters 5 and 7.
+    """
+    check_tensor("item_probabilities", item_probabilities, ("|V|",), floating=True)
+    check_probabilities("item_probabilities", item_probabilities)
+    check_ids("ids", ids, item_probabilities.shape[0])
+    check_int_range("num_draws", num_draws, 1)
+    p = item_probabilities[ids.to(item_probabilities.device).long()]
+    return _log_expected_count(p, num_draws, num_draws, False).to(ids.device)
 
 
 MIXED_Q_FORMS = ("expected_count", "mixture", "inclusion")
@@ -159,7 +227,7 @@ class StreamingFrequencyEstimator:
     (``update`` increments ``t`` first, starting from 1), for every bucket ``b = h_m(y)``
     of an item ``y`` of the batch::
 
-        B[m, b] ← (1 − α) · B[m, b] + α · (t − A[m, b])
+        B[m, b] ← (1 − η) · B[m, b] + η · (t − A[m, b])
         A[m, b] ← t
 
     and the estimate is ``p̂(y) = 1 / max_m B[m, h_m(y)]`` — the probability that ``y``
@@ -176,12 +244,12 @@ class StreamingFrequencyEstimator:
     * **Initialisation.** ``warm_start=True`` (default) sets ``B`` to the first gap
       ``t − 0`` the first time a bucket is seen: the time to an item's first sighting is
       geometric with mean ``1/p``, so this is an unbiased first reading. The paper's
-      zero initialisation (``warm_start=False``) starts ``B`` at ``α·t`` and needs about
-      ``1/α`` sightings to forget it, over-estimating ``p̂`` meanwhile.
+      zero initialisation (``warm_start=False``) starts ``B`` at ``η·t`` and needs about
+      ``1/η`` sightings to forget it, over-estimating ``p̂`` meanwhile.
     * A bucket never seen in ``t`` steps reports ``p̂ = 1/(t + 1)`` (no sighting yet, so
       the gap is longer than ``t``); ``B`` is clamped to at least one step, so ``p̂ <= 1``.
 
-    ``alpha``: learning rate α in (0, 1]; ``num_buckets``: H per hash function (the
+    ``learning_rate``: η in (0, 1] (the paper's α); ``num_buckets``: H per hash function (the
     memory is ``2 · num_hashes · H`` numbers); ``seed``: draws the hash functions.
     With ``num_hashes=1`` and ``num_buckets >= num_items`` use ``hash_ids=False`` to index
     by id directly (no collisions). Chapter 5.
@@ -190,9 +258,9 @@ class StreamingFrequencyEstimator:
     def __init__(
         self,
         num_buckets: int,
-        alpha: float = 0.01,
-        num_hashes: int = 1,
         *,
+        learning_rate: float = 0.01,
+        num_hashes: int = 1,
         hash_ids: bool = True,
         warm_start: bool = True,
         seed: int = 0,
@@ -200,14 +268,14 @@ class StreamingFrequencyEstimator:
     ) -> None:
         check_int_range("num_buckets", num_buckets, 1)
         check_int_range("num_hashes", num_hashes, 1)
-        check_positive("alpha", alpha)
-        if alpha > 1:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha!r}")
+        check_positive("learning_rate", learning_rate)
+        if learning_rate > 1:
+            raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate!r}")
         if not hash_ids and num_hashes != 1:
             raise ValueError(f"num_hashes must be 1 when hash_ids=False, got {num_hashes}")
         self.num_buckets = num_buckets
         self.num_hashes = num_hashes
-        self.alpha = float(alpha)
+        self.learning_rate = float(learning_rate)
         self.hash_ids = hash_ids
         self.warm_start = warm_start
         self.device = torch.device(device) if device is not None else torch.device("cpu")
@@ -246,7 +314,7 @@ class StreamingFrequencyEstimator:
         gap = self.gap.view(-1)
         last = self.last_seen.view(-1)
         observed = t - last[flat]
-        new_gap = (1 - self.alpha) * gap[flat] + self.alpha * observed
+        new_gap = (1 - self.learning_rate) * gap[flat] + self.learning_rate * observed
         if self.warm_start:
             new_gap = torch.where(last[flat] == 0, observed, new_gap)
         gap[flat] = new_gap

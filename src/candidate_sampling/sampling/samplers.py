@@ -53,8 +53,8 @@ from dataclasses import dataclass
 
 import torch
 
-from candidate_sampling._validate import check_ids, check_int_range, check_probabilities
-from candidate_sampling.sampling.frequency import inclusion_probability
+from candidate_sampling._validate import check_ids, check_int_range
+from candidate_sampling.sampling.frequency import log_expected_count
 
 __all__ = [
     "CandidateDraw",
@@ -63,7 +63,6 @@ __all__ = [
     "LogUniformSampler",
     "UnigramSampler",
     "build_alias_table",
-    "log_expected_count",
 ]
 
 #: Unique sampling gives up (RuntimeError) after this many raw draws.
@@ -77,32 +76,6 @@ def _supports_float64(device: torch.device) -> bool:
 
 def _work_dtype(device: torch.device) -> torch.dtype:
     return torch.float64 if _supports_float64(device) else torch.float32
-
-
-def log_expected_count(
-    probs: torch.Tensor, *, num_samples: int, num_tries: int, unique: bool
-) -> torch.Tensor:
-    """Log expected count of ids with per-draw probability ``probs`` in a draw (chapter 4).
-
-    ``unique=False``: ``log(k · p)`` with ``k = num_samples`` (``num_tries`` must equal it);
-    ``unique=True``: ``log(1 − (1 − p)^num_tries)``
-    (:func:`~candidate_sampling.sampling.frequency.inclusion_probability`), ``num_tries ≥ k``.
-    ``probs``: any shape, in [0, 1] → float32 of the same shape (``-inf`` where ``p = 0``).
-    """
-    check_int_range("num_samples", num_samples, 1)
-    check_int_range("num_tries", num_tries, num_samples)
-    if not isinstance(unique, bool):
-        raise ValueError(f"unique must be a bool, got {type(unique).__name__}")
-    if not unique and num_tries != num_samples:
-        raise ValueError(
-            f"num_tries must equal num_samples ({num_samples}) when unique=False, got {num_tries}"
-        )
-    work = check_probabilities("probs", probs).to(_work_dtype(probs.device))
-    if unique:
-        out = torch.log(inclusion_probability(work, num_tries))
-    else:
-        out = torch.log(num_samples * work)
-    return out.float()
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,14 @@ rows of activations. Three things must be right, and each is a known bug elsewhe
    candidates with **this rank's rows first** (a rotation of the rank order: ``r, r+1, …,
    W−1, 0, …, r−1``), so the package's in-batch contract holds unchanged and
    :func:`~candidate_sampling.losses.in_batch_softmax_loss` needs no offset. The rank
-   order is available too: this rank's block starts at ``offset`` (the global positive
-   index of local row ``i`` is ``offset + i``). A gather that *interleaves* the ranks'
+   order is available too: this rank's block starts at ``offset = sum(sizes[:rank])``
+   (:func:`rank_sizes`; the global positive index of local row ``i`` is ``offset + i``). A gather that *interleaves* the ranks'
    rows instead of concatenating them makes the labels point at other rows' positives;
    sentence-transformers shipped exactly that bug, and the tests include an interleaved
    gather to show that they catch it.
 3. **Duplicates are global.** The same item can be a positive on two ranks; the gathered
-   ``candidate_ids`` let the loss mask it as an accidental hit across ranks. And the
+   ids (the :class:`~candidate_sampling.CandidateSet`'s ``ids``) let the loss mask it as
+   an accidental hit across ranks. And the
    log Q of a gathered candidate is its expected count in the *global* batch, ``N·p(y)``
    (chapter 5's ``B·p`` with ``B → N``).
 
@@ -42,7 +43,7 @@ import socket
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -51,28 +52,27 @@ import torch.multiprocessing as mp
 from candidate_sampling._validate import (
     check_int_range,
     check_positive,
-    check_probabilities,
+    check_reduction,
     check_same,
     check_tensor,
 )
-from candidate_sampling.sampling.frequency import mixed_log_q
-from candidate_sampling.losses.core import reduce_loss
+from candidate_sampling.candidates import CandidateSet
+from candidate_sampling.losses.core import Temperature, reduce_loss
 from candidate_sampling.losses.retrieval import in_batch_softmax_loss
 from candidate_sampling.losses.sigmoid import (
-    _pair_terms,
-    _resolve_hits,
+    sigmoid_pair_terms,
     sigmoid_pairwise_logits,
     sigmoid_pairwise_loss,
 )
+from candidate_sampling.sampling.frequency import batch_log_q
 
 __all__ = [
-    "GatheredCandidates",
     "all_gather_with_grad",
-    "demo_gathered_step",
     "gather_candidates",
     "gathered_softmax_loss",
     "launch",
     "rank_and_world_size",
+    "rank_sizes",
     "ring_sigmoid_loss",
 ]
 
@@ -164,103 +164,134 @@ def _local_first(gathered: torch.Tensor, offset: int) -> torch.Tensor:
 # --------------------------------------------------------------------------- gathered softmax
 
 
-class GatheredCandidates(NamedTuple):
-    """What :func:`gather_candidates` returns.
+def rank_sizes(rows: int, *, device: torch.device | str | None = None, group=None) -> list[int]:
+    """Every rank's number of rows, in rank order (one small all-gather); ``[rows]`` alone.
 
-    ``candidates``: (N, d), this rank's rows first, then ranks ``r+1, …, r−1``;
-    ``candidate_ids``: (N,) or None; ``log_q``: (N,) float32 log expected count in the
-    global batch, or None; ``offset``: the global (rank-order) index of this rank's first
-    row; ``sizes``: every rank's row count (rank order).
+    This rank's block of a rank-ordered gather starts at ``sum(sizes[:rank])`` (its
+    *offset*: the global index of local row ``i`` is ``offset + i``).
     """
+    check_int_range("rows", rows, 0)
+    _, world = rank_and_world_size(group)
+    if world == 1:
+        return [rows]
+    return _gather_sizes(rows, torch.device(device or "cpu"), group)
 
-    candidates: torch.Tensor
-    candidate_ids: torch.Tensor | None
-    log_q: torch.Tensor | None
-    offset: int
-    sizes: list[int]
+
+def _check_shared(positives: CandidateSet) -> None:
+    if not isinstance(positives, CandidateSet):
+        raise ValueError(f"positives must be a CandidateSet, got {type(positives).__name__}")
+    for name in ("log_q", "mask"):
+        value = getattr(positives, name)
+        if value is not None and value.dim() != 1:
+            raise ValueError(
+                f"positives.{name} must be shared by the batch, shape (B,), to travel to "
+                f"other ranks, got {tuple(value.shape)}"
+            )
+
+
+def _with_log_q(
+    positives: CandidateSet, item_probabilities: torch.Tensor | None, num_draws: int
+) -> CandidateSet:
+    """``positives`` with ``log Q = log(n·p(y))`` (:func:`batch_log_q`) when probabilities
+    are given; the set's own log Q otherwise."""
+    if item_probabilities is None:
+        return positives
+    if positives.log_q is not None:
+        raise ValueError("give item_probabilities or positives.log_q, not both")
+    log_q = batch_log_q(positives.ids, item_probabilities, num_draws=num_draws)
+    return CandidateSet(positives.embeddings, positives.ids, log_q, positives.mask, positives.bias)
 
 
 def gather_candidates(
-    positives: torch.Tensor,
+    positives: CandidateSet,
     *,
-    positive_ids: torch.Tensor | None = None,
-    positive_probs: torch.Tensor | None = None,
+    item_probabilities: torch.Tensor | None = None,
     group: dist.ProcessGroup | None = None,
-) -> GatheredCandidates:
-    """Every rank's positives as one candidate set, **local rows first**, with ids and log Q.
+) -> CandidateSet:
+    """Every rank's positives as one :class:`~candidate_sampling.CandidateSet`, **local first**.
 
-    ``positives``: (B, d) this rank's positives (row ``i`` is local row ``i``'s positive);
-    ``positive_ids``: (B,) their ids, gathered for global accidental-hit masking;
-    ``positive_probs``: (B,) ``p(y_i)``, the probability that a training positive is
-    ``y_i`` (:func:`~candidate_sampling.sampling.frequency.item_probabilities`). The gathered
-    ``log_q`` is ``log(N·p(y))``: the expected count of ``y`` among the ``N = Σ_r B_r``
-    positives of the global batch, each a draw from ``p``
-    (:func:`~candidate_sampling.sampling.frequency.mixed_log_q` with ``B = N`` and no extras). Under a
-    softmax the factor ``N`` cancels; it matters when the gathered columns are mixed with
-    other candidates (a queue, sampled extras), where every column must use one
-    expression for ``Q`` (chapter 5).
+    ``positives``: this rank's B columns (``CandidateSet.from_batch``: embeddings (B, d)
+    with their graph, ids (B,), optionally a shared (B,) log Q, mask or bias), row ``i``'s
+    positive in column ``i``. Returns the ``N = Σ_r B_r`` gathered columns, this rank's
+    first, then ranks ``r+1, …, r−1``: embeddings and bias through
+    :func:`all_gather_with_grad` (the gradient goes back to the rank that computed them),
+    ids, log Q and mask as they are. ``item_probabilities``: (|V|,) ``p(y)``, the
+    probability that a training positive is ``y``
+    (:func:`~candidate_sampling.sampling.frequency.item_probabilities`); every column then
+    gets ``log Q = log(N·p(y))``, its expected count among the ``N`` positives of the
+    global batch (:func:`~candidate_sampling.sampling.frequency.batch_log_q`; chapter 5's
+    ``B·p`` with ``B → N``). Under a softmax the factor ``N`` cancels; it matters when the
+    gathered columns are mixed with other candidates (a queue, sampled extras).
 
-    Row ``i`` of this rank keeps its positive in column ``i``, so
-    ``in_batch_softmax_loss(query, g.candidates, candidate_ids=g.candidate_ids,
-    log_q=g.log_q)`` is the global in-batch softmax for this rank's rows. Chapter 7.
+    ``g.select(slice(0, B))`` is this rank's own positives and ``g.select(slice(B, None))``
+    the other ranks', so ``in_batch_softmax_loss(query, own, others)`` is the global
+    in-batch softmax for this rank's rows (:func:`gathered_softmax_loss`). Chapter 7.
     """
-    check_tensor("positives", positives, ("B", "d"), floating=True)
-    batch = positives.shape[0]
-    if positive_ids is not None:
-        check_tensor("positive_ids", positive_ids, (batch,), floating=False)
-    if positive_probs is not None:
-        check_tensor("positive_probs", positive_probs, (batch,), floating=True)
-        check_probabilities("positive_probs", positive_probs)
+    _check_shared(positives)
+    batch = positives.num_candidates
     rank, world = rank_and_world_size(group)
-    sizes = [batch] if world == 1 else _gather_sizes(batch, positives.device, group)
+    sizes = rank_sizes(batch, device=positives.device, group=group)
     offset = sum(sizes[:rank])
-    candidates = _local_first(all_gather_with_grad(positives, group=group, sizes=sizes), offset)
-    candidate_ids = log_q = None
-    if positive_ids is not None:
-        ids = all_gather_with_grad(positive_ids.to(positives.device), group=group, sizes=sizes)
-        candidate_ids = _local_first(ids, offset)
-    if positive_probs is not None:
-        probs = all_gather_with_grad(
-            positive_probs.detach().to(positives.device), group=group, sizes=sizes
-        )
-        probs = _local_first(probs, offset)
-        log_q = mixed_log_q(probs, probs, batch_size=sum(sizes), num_samples=0)
-    return GatheredCandidates(candidates, candidate_ids, log_q, offset, sizes)
+
+    def gather(t: torch.Tensor | None) -> torch.Tensor | None:
+        if t is None:
+            return None
+        if world == 1:
+            return t
+        carried = t.to(torch.uint8) if t.dtype == torch.bool else t
+        out = _local_first(all_gather_with_grad(carried, group=group, sizes=sizes), offset)
+        return out.bool() if t.dtype == torch.bool else out
+
+    gathered = CandidateSet(
+        gather(positives.embeddings),
+        gather(positives.ids),
+        gather(positives.log_q),
+        gather(positives.mask),
+        gather(positives.bias),
+    )
+    return _with_log_q(gathered, item_probabilities, sum(sizes))
 
 
 def gathered_softmax_loss(
     query: torch.Tensor,
-    positives: torch.Tensor,
+    positives: CandidateSet,
+    candidates: CandidateSet | None = None,
     *,
-    positive_ids: torch.Tensor | None = None,
-    positive_probs: torch.Tensor | None = None,
-    temperature: float | torch.Tensor = 1.0,
-    remove_accidental_hits: bool | None = None,
+    item_probabilities: torch.Tensor | None = None,
+    temperature: float | Temperature = 1.0,
+    remove_accidental_hits: bool = True,
+    repeated_hits: str = "mask_all",
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
     group: dist.ProcessGroup | None = None,
 ) -> torch.Tensor:
     """The in-batch softmax of this rank's rows against every rank's positives.
 
     ``ℓ_i = −o_ii + log Σ_{j=1}^{N} exp(o_ij)``, ``o_ij = u_i·v_j / τ − log(N·p(y_j))``
-    over the ``N`` gathered candidates (:func:`gather_candidates`), accidental hits masked
-    by id across ranks (``remove_accidental_hits=None``: when ``positive_ids`` are given).
-    ``query``, ``positives``: (B, d); ``positive_ids``, ``positive_probs``: (B,).
-    Reduction over this rank's rows; with ``"mean"``, equal ``B`` on every rank and DDP's
-    gradient averaging, a step equals the single-process step on the concatenated batch.
-    With unequal ``B_r`` the average of per-rank means is not the global mean: use
-    ``reduction="sum"`` divided by ``N``, and sum (not average) over ranks. Chapter 7.
+    over the ``N`` gathered columns (:func:`gather_candidates`) and any local
+    ``candidates`` (a queue, sampled extras) after them, accidental hits masked by id
+    across ranks. ``query``: (B, d); ``positives``: this rank's B positives as a
+    CandidateSet; the other options as in
+    :func:`~candidate_sampling.losses.in_batch_softmax_loss`. Reduction over this rank's
+    rows; with ``"mean"``, equal ``B`` on every rank and DDP's gradient averaging, a step
+    equals the single-process step on the concatenated batch. With unequal ``B_r`` the
+    average of per-rank means is not the global mean: use ``reduction="sum"`` divided by
+    ``N``, and sum (not average) over ranks. Chapter 7.
     """
-    gathered = gather_candidates(
-        positives, positive_ids=positive_ids, positive_probs=positive_probs, group=group
-    )
+    gathered = gather_candidates(positives, item_probabilities=item_probabilities, group=group)
+    batch = positives.num_candidates
+    own = gathered.select(slice(0, batch))
+    extra = [gathered.select(slice(batch, None))] if len(gathered) > batch else []
+    if candidates is not None:
+        extra.append(candidates)
     return in_batch_softmax_loss(
         query,
-        gathered.candidates,
-        positive_ids=positive_ids,
-        candidate_ids=gathered.candidate_ids,
-        log_q=gathered.log_q,
+        own,
+        CandidateSet.concat(*extra) if extra else None,
         temperature=temperature,
         remove_accidental_hits=remove_accidental_hits,
+        repeated_hits=repeated_hits,
+        sample_weight=sample_weight,
         reduction=reduction,
     )
 
@@ -301,88 +332,92 @@ def _ring_shift(tensor: torch.Tensor | None, group) -> torch.Tensor | None:
     if tensor.requires_grad:
         return _RingShift.apply(tensor, group)
     rank, world = rank_and_world_size(group)
+    if tensor.dtype == torch.bool:  # gloo does not carry bool
+        return _exchange(tensor.to(torch.uint8), (rank + 1) % world, (rank - 1) % world, group).bool()
     return _exchange(tensor, (rank + 1) % world, (rank - 1) % world, group)
+
+
+def _ring_shift_set(chunk: CandidateSet, group) -> CandidateSet:
+    """The CandidateSet held by rank r − 1, every field passed one step along the ring."""
+    fields = ("embeddings", "ids", "log_q", "mask", "bias")
+    return CandidateSet(*(_ring_shift(getattr(chunk, name), group) for name in fields))
 
 
 def ring_sigmoid_loss(
     query: torch.Tensor,
-    positives: torch.Tensor,
+    positives: CandidateSet,
     *,
-    temperature: float | torch.Tensor = 1.0,
+    item_probabilities: torch.Tensor | None = None,
+    temperature: float | Temperature = 1.0,
     bias: float | torch.Tensor = 0.0,
-    positive_ids: torch.Tensor | None = None,
-    positive_probs: torch.Tensor | None = None,
-    remove_accidental_hits: bool | None = None,
+    remove_accidental_hits: bool = True,
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
     group: dist.ProcessGroup | None = None,
 ) -> torch.Tensor:
     """SigLIP's chunked cross-device sigmoid loss: candidate chunks travel around the ring.
 
     Rank ``r`` first scores its ``B`` queries against its own ``B`` positives (label 1 on
-    the diagonal, :func:`~candidate_sampling.losses.sigmoid.sigmoid_pairwise_loss`), then
-    ``W − 1`` times passes the chunk it holds to rank ``r + 1`` and receives one from rank
-    ``r − 1``, adding the negative-only terms ``Σ_j softplus(z_ij)`` of each received chunk.
-    Every row thus sums its terms over all ``N = W·B`` candidates, and no rank ever holds
-    more than two chunks or a (B, N) matrix. The gradient of a received chunk travels back
-    along the ring to the rank that computed it.
+    the diagonal, :func:`~candidate_sampling.losses.sigmoid_pairwise_loss`), then
+    ``W − 1`` times passes the chunk it holds (a CandidateSet: embeddings, ids, log Q,
+    mask, bias) to rank ``r + 1`` and receives one from rank ``r − 1``, adding the
+    negative-only terms ``Σ_j softplus(z_ij)`` of each received chunk
+    (:func:`~candidate_sampling.losses.sigmoid_pair_terms`). Every row thus sums its terms
+    over all ``N = W·B`` candidates, and no rank ever holds more than two chunks or a
+    (B, N) matrix. The gradient of a received chunk travels back along the ring to the
+    rank that computed it.
 
-    Same arguments as :func:`sigmoid_pairwise_loss` for the local rows; ``positive_probs``:
-    (B,) ``p(y_i)``, giving every candidate ``log Q = log(N·p)`` (the global batch's expected
-    count; under the sigmoid loss the constant does *not* cancel: it shifts the bias).
-    Every rank must hold the same ``B``. With ``"mean"`` and DDP's gradient averaging, a
-    step equals :func:`sigmoid_pairwise_loss` on the concatenated batch. Chapter 7.
+    Same options as :func:`~candidate_sampling.losses.sigmoid_pairwise_loss` for the local
+    rows; ``positives``: this rank's B positives; ``item_probabilities``: (|V|,) ``p(y)``,
+    giving every column ``log Q = log(N·p)`` (the global batch's expected count; under the
+    sigmoid loss the constant does *not* cancel: it shifts the bias). Every rank must hold
+    the same ``B``. With ``"mean"`` and DDP's gradient averaging, a step equals
+    :func:`~candidate_sampling.losses.sigmoid_pairwise_loss` on the concatenated batch.
+    Chapter 7.
     """
+    check_reduction(reduction)
     check_tensor("query", query, ("B", "d"), floating=True)
-    check_tensor("positives", positives, ("B", "d"), floating=True)
-    check_same("batch size B", query=query.shape[0], positives=positives.shape[0])
+    _check_shared(positives)
     batch = query.shape[0]
-    if positive_probs is not None:
-        check_tensor("positive_probs", positive_probs, (batch,), floating=True)
-        check_probabilities("positive_probs", positive_probs)
+    check_same("batch size B", query=batch, positives=positives.num_candidates)
     _, world = rank_and_world_size(group)
-    sizes = [batch] if world == 1 else _gather_sizes(batch, query.device, group)
+    sizes = rank_sizes(batch, device=query.device, group=group)
     if len(set(sizes)) != 1:
         raise ValueError(
             f"every rank must hold the same number of rows B for the ring, got sizes {sizes}"
         )
-    log_q = None
-    if positive_probs is not None:
-        probs = positive_probs.detach().to(query.device)
-        log_q = mixed_log_q(probs, probs, batch_size=sum(sizes), num_samples=0)
+    chunk = _with_log_q(positives, item_probabilities, sum(sizes))
     if world == 1:
         return sigmoid_pairwise_loss(
             query,
-            positives,
+            chunk,
             temperature=temperature,
             bias=bias,
-            positive_ids=positive_ids,
-            candidate_ids=positive_ids,
-            log_q=log_q,
             remove_accidental_hits=remove_accidental_hits,
+            sample_weight=sample_weight,
             reduction=reduction,
         )
-    positive_ids, remove = _resolve_hits(
-        batch, positive_ids, positive_ids, batch, remove_accidental_hits
-    )
-    chunk, chunk_ids, chunk_log_q = positives, positive_ids, log_q
+    own = torch.arange(batch, device=query.device)
     per_row = None
     for step in range(world):
         if step:
-            chunk = _ring_shift(chunk, group)
-            chunk_ids = _ring_shift(chunk_ids, group) if remove else None
-            chunk_log_q = _ring_shift(chunk_log_q, group)
-        logits = sigmoid_pairwise_logits(
-            query, chunk, temperature=temperature, bias=bias, log_q=chunk_log_q
-        )
-        terms = _pair_terms(
+            chunk = _ring_shift_set(chunk, group)
+        logits = sigmoid_pairwise_logits(query, chunk, temperature=temperature, bias=bias)
+        removed = None
+        if chunk.mask is not None:
+            removed = (~chunk.mask.to(logits.device)).expand(batch, -1).clone()
+            if step == 0:
+                removed[own, own] = False  # the row's own positive stays
+        terms = sigmoid_pair_terms(
             logits,
-            positive_ids=positive_ids,
-            candidate_ids=chunk_ids,
-            has_positives=step == 0,
-            remove_accidental_hits=remove,
+            positives.ids,
+            chunk.ids,
+            positive_columns=own if step == 0 else None,
+            remove_accidental_hits=remove_accidental_hits,
+            removed=removed,
         )
         per_row = terms if per_row is None else per_row + terms
-    return reduce_loss(per_row, reduction)
+    return reduce_loss(per_row, reduction, sample_weight=sample_weight)
 
 
 # --------------------------------------------------------------------------- launching
@@ -515,86 +550,3 @@ def launch(
                 process.terminate()
                 process.join(timeout=5)
     return [values[r] for r in range(world_size)]
-
-
-# --------------------------------------------------------------------------- the chapter's demo
-
-
-def demo_gathered_step(
-    *,
-    seed: int = 0,
-    rows_per_rank: int = 16,
-    dim: int = 8,
-    num_items: int = 40,
-    temperature: float = 0.5,
-) -> dict[str, float]:
-    """Run inside :func:`launch`: one gathered step on each rank against the one-process step.
-
-    Every rank draws the same global batch (``W · rows_per_rank`` rows of float64 features,
-    item ids from ``num_items`` with repeats, so duplicates fall on different ranks), the
-    same two linear towers, and keeps its own rows. It computes
-    :func:`gathered_softmax_loss` and :func:`ring_sigmoid_loss` (with ids and log Q),
-    back-propagates, and averages the parameter gradients over ranks (what DDP does). It
-    also computes the single-process losses on the concatenated batch. Returns, for both
-    losses, the global loss (mean of the ranks' losses), the reference, and the largest
-    absolute difference over the loss and every parameter gradient. Chapter 7.
-    """
-    rank, world = rank_and_world_size()
-    gen = torch.Generator().manual_seed(seed)
-    n = world * rows_per_rank
-    x = torch.randn(n, dim, generator=gen, dtype=torch.float64)
-    y = torch.randn(n, dim, generator=gen, dtype=torch.float64)
-    ids = torch.randint(0, num_items, (n,), generator=gen)
-    probs = torch.rand(num_items, generator=gen, dtype=torch.float64) + 0.5
-    probs = probs / probs.sum()
-    w_query = torch.randn(dim, dim, generator=gen, dtype=torch.float64) / dim
-    w_item = torch.randn(dim, dim, generator=gen, dtype=torch.float64) / dim
-    own = slice(rank * rows_per_rank, (rank + 1) * rows_per_rank)
-    out: dict[str, float] = {"rank": rank, "world_size": world}
-
-    def step(loss_fn, rows):
-        params = [w_query.clone().requires_grad_(), w_item.clone().requires_grad_()]
-        bias = torch.tensor(-1.0, dtype=torch.float64, requires_grad=True)
-        loss = loss_fn(x[rows] @ params[0], y[rows] @ params[1], ids[rows], probs[ids[rows]], bias)
-        loss.backward()
-        return loss.detach(), [p.grad for p in params] + [bias.grad]
-
-    def softmax_local(u, v, i, p, bias):
-        return (
-            gathered_softmax_loss(u, v, positive_ids=i, positive_probs=p, temperature=temperature)
-            + 0 * bias
-        )
-
-    def softmax_single(u, v, i, p, bias):
-        log_q = torch.log(n * p).float()
-        return (
-            in_batch_softmax_loss(u, v, candidate_ids=i, log_q=log_q, temperature=temperature)
-            + 0 * bias
-        )
-
-    def sigmoid_local(u, v, i, p, bias):
-        return ring_sigmoid_loss(
-            u, v, positive_ids=i, positive_probs=p, temperature=temperature, bias=bias
-        )
-
-    def sigmoid_single(u, v, i, p, bias):
-        log_q = torch.log(n * p).float()
-        return sigmoid_pairwise_loss(
-            u, v, candidate_ids=i, log_q=log_q, temperature=temperature, bias=bias
-        )
-
-    for name, local, single in (
-        ("softmax", softmax_local, softmax_single),
-        ("sigmoid", sigmoid_local, sigmoid_single),
-    ):
-        loss, grads = step(local, own)
-        if world > 1:
-            for t in [loss, *grads]:
-                dist.all_reduce(t, op=dist.ReduceOp.SUM)
-                t /= world  # DDP averages gradients; the global loss is the mean of the ranks'
-        ref_loss, ref_grads = step(single, slice(0, n))
-        diffs = [(loss - ref_loss).abs()] + [(a - b).abs().max() for a, b in zip(grads, ref_grads)]
-        out[f"{name}_loss"] = float(loss)
-        out[f"{name}_reference"] = float(ref_loss)
-        out[f"{name}_max_abs_diff"] = float(torch.stack(diffs).max())
-    return out

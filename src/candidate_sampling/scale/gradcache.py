@@ -36,8 +36,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from candidate_sampling._validate import check_int_range, check_tensor
-from candidate_sampling.losses.core import reduce_loss
+from candidate_sampling._validate import check_int_range, check_reduction, check_tensor
+from candidate_sampling.candidates import CandidateSet
+from candidate_sampling.losses.core import Temperature, reduce_loss
 from candidate_sampling.losses.retrieval import in_batch_softmax_loss
 
 __all__ = ["GradCacheOutput", "checkpointed_in_batch_softmax_loss", "gradcache_backward"]
@@ -198,58 +199,78 @@ def gradcache_backward(
     return GradCacheOutput(loss.detach(), tuple(e.detach() for e in cached))
 
 
+def _rows(columns: CandidateSet, rows: slice) -> CandidateSet:
+    """``columns`` seen by the rows ``rows`` only: per-row (B, C) log Q and mask sliced."""
+
+    def part(t: torch.Tensor | None) -> torch.Tensor | None:
+        return t[rows] if t is not None and t.dim() == 2 else t
+
+    return CandidateSet(
+        columns.embeddings, columns.ids, part(columns.log_q), part(columns.mask), columns.bias
+    )
+
+
 def checkpointed_in_batch_softmax_loss(
     query: torch.Tensor,
-    candidates: torch.Tensor,
+    positives: CandidateSet,
+    candidates: CandidateSet | None = None,
     *,
     block_size: int,
-    positive_ids: torch.Tensor | None = None,
-    candidate_ids: torch.Tensor | None = None,
-    log_q: torch.Tensor | None = None,
-    temperature: float | torch.Tensor = 1.0,
-    remove_accidental_hits: bool | None = None,
+    temperature: float | Temperature = 1.0,
+    remove_accidental_hits: bool = True,
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """:func:`~candidate_sampling.losses.in_batch_softmax_loss`, in row blocks, recomputed.
 
-    Same loss, arguments and contract (row ``i``'s positive is candidate ``i``); the (B, C)
-    logits are computed for ``block_size`` rows at a time inside
+    Same loss, arguments and contract (row ``i``'s positive is column ``i`` of
+    ``positives``, which must hold exactly one column per row of ``query``); the
+    (B, B + C) logits are computed for ``block_size`` rows at a time inside
     ``torch.utils.checkpoint``, so the forward keeps only each block's (b,) row losses and
-    the backward recomputes one block at a time: peak memory O(block_size · C) instead of
-    O(B · C), for a second pass over the scores. Each block's candidates are rotated so that
-    its rows' positives come first and the package's in-batch loss applies unchanged.
-    Gradients equal the one-pass loss's to rounding. Chapter 7.
+    the backward recomputes one block at a time: peak memory O(block_size · (B + C))
+    instead of O(B · (B + C)), for a second pass over the scores. A block's rows see the
+    columns ``[their positives | the other positives | candidates]`` — the same columns,
+    each with its own log Q and mask, in another order, which a softmax does not see.
+    Repeated ids are masked in every copy (``repeated_hits="mask_all"``; TensorFlow's
+    last-copy rule depends on the column order). Gradients equal the one-pass loss's to
+    rounding. Chapter 7.
     """
     check_int_range("block_size", block_size, 1)
+    check_reduction(reduction)
     check_tensor("query", query, ("B", "d"), floating=True)
-    check_tensor("candidates", candidates, ("C", "d"), floating=True)
+    if not isinstance(positives, CandidateSet):
+        raise ValueError(f"positives must be a CandidateSet, got {type(positives).__name__}")
     batch = query.shape[0]
-    if positive_ids is None and candidate_ids is not None:
-        positive_ids = candidate_ids[:batch]
-    if remove_accidental_hits is None:
-        remove_accidental_hits = candidate_ids is not None
+    if positives.num_candidates != batch:  # no wrap-around: one positive column per row
+        raise ValueError(
+            f"positives must have B = {batch} columns (one per row of query), "
+            f"got {positives.num_candidates}"
+        )
 
-    def block(start: int, q: torch.Tensor, cands: torch.Tensor) -> torch.Tensor:
-        rolled_ids = None if candidate_ids is None else torch.roll(candidate_ids, -start)
-        rolled_log_q = None if log_q is None else torch.roll(log_q, -start)
+    def block(start: int, q: torch.Tensor, *_tensors: torch.Tensor) -> torch.Tensor:
+        rows = slice(start, start + q.shape[0])
+        before, after = positives.select(slice(0, start)), positives.select(slice(rows.stop, None))
+        others = [before, after] + ([candidates] if candidates is not None else [])
         return in_batch_softmax_loss(
             q,
-            torch.roll(cands, -start, dims=0),
-            positive_ids=None if positive_ids is None else positive_ids[start : start + len(q)],
-            candidate_ids=rolled_ids,
-            log_q=rolled_log_q,
+            _rows(positives.select(rows), rows),
+            _rows(CandidateSet.concat(*others), rows),
             temperature=temperature,
             remove_accidental_hits=remove_accidental_hits,
             reduction="none",
         )
 
     if batch <= block_size:
-        per_row = block(0, query, candidates)
+        per_row = block(0, query)
     else:
+        # the embeddings go in as arguments so that checkpoint sees every input with a graph
+        tensors = [positives.embeddings]
+        if candidates is not None:
+            tensors.append(candidates.embeddings)
         per_row = torch.cat(
             [
-                checkpoint(block, start, q, candidates, use_reentrant=False)
+                checkpoint(block, start, q, *tensors, use_reentrant=False)
                 for start, q in zip(range(0, batch, block_size), query.split(block_size))
             ]
         )
-    return reduce_loss(per_row, reduction)
+    return reduce_loss(per_row, reduction, sample_weight=sample_weight)

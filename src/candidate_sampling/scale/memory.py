@@ -8,7 +8,7 @@ cost of a (B, B + K) matrix and no extra encoder pass (Wang et al. 2020, XBM; He
 * **log Q.** The queued items are past positives, so they are a popularity sample too: an
   item ``y`` is expected ``K·p(y)`` times among ``K`` queued entries, and
   ``B·p(y) + K·p(y)`` times among the ``B + K`` candidates
-  (:func:`~candidate_sampling.sampling.frequency.mixed_log_q` with the same ``p`` for both parts).
+  (:func:`~candidate_sampling.sampling.frequency.batch_log_q` with ``n = B + K``).
   Without the correction popular items are pushed down once per copy.
 * **Accidental hits.** A popular positive has ``K·p(y)`` copies in the queue (about 20 for
   the most-watched movie of MovieLens in a queue of 4,096): left in, each is a false
@@ -18,11 +18,10 @@ cost of a (B, B + K) matrix and no extra encoder pass (Wang et al. 2020, XBM; He
   the current encoder would give; a momentum encoder (:func:`momentum_update`) makes the
   queued embeddings drift slowly enough to stay comparable.
 
-Usage, with the package's in-batch contract (row ``i``'s positive is candidate ``i``)::
+Usage, with the package's in-batch contract (row ``i``'s positive is column ``i``)::
 
-    cands = memory.candidates_for(v, ids, item_probabilities=p)
-    loss = in_batch_softmax_loss(u, cands.candidates, candidate_ids=cands.candidate_ids,
-                                 log_q=cands.log_q)
+    positives, queued = memory.candidates_for(v, ids, item_probabilities=p)
+    loss = in_batch_softmax_loss(u, positives, queued)   # two CandidateSets
     ...
     memory.enqueue(v, ids)   # after the step; stored detached
 """
@@ -30,35 +29,26 @@ Usage, with the package's in-batch contract (row ``i``'s positive is candidate `
 from __future__ import annotations
 
 import copy
-from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from candidate_sampling._validate import (
+    check_finite,
     check_int_range,
-    check_probabilities,
     check_same,
     check_tensor,
+    get_validate_args,
 )
-from candidate_sampling.sampling.frequency import mixed_log_q
+from candidate_sampling.candidates import CandidateSet
+from candidate_sampling.sampling.frequency import batch_log_q
 
 __all__ = [
     "CrossBatchMemory",
-    "MemoryCandidates",
     "embedding_drift",
     "make_momentum_encoder",
     "momentum_update",
 ]
-
-
-class MemoryCandidates(NamedTuple):
-    """``candidates``: (B + K, d) = [positives | queue]; ``candidate_ids``: (B + K,);
-    ``log_q``: (B + K,) float32 log expected count, or None."""
-
-    candidates: torch.Tensor
-    candidate_ids: torch.Tensor
-    log_q: torch.Tensor | None
 
 
 class CrossBatchMemory:
@@ -67,7 +57,10 @@ class CrossBatchMemory:
     ``size``: K, the capacity; ``dim``: d. Storage is a ring buffer of (K, d) embeddings,
     (K,) ids and (K,) steps on ``device`` in ``dtype``; :meth:`enqueue` overwrites the oldest
     entries, vectorised. Entries are stored detached: the queue carries no gradient (the
-    current batch's positives, placed first by :meth:`candidates_for`, do). Chapter 7.
+    current batch's positives, placed first by :meth:`candidates_for`, do). A half-precision
+    queue (``float16`` halves the memory) refuses embeddings it cannot hold: an entry
+    beyond ``finfo(dtype).max`` would be stored as ±inf, so :meth:`enqueue` raises instead
+    (a value check). Chapter 7.
     """
 
     def __init__(
@@ -108,6 +101,17 @@ class CrossBatchMemory:
         check_tensor("embeddings", embeddings, ("n", self.dim), floating=True)
         check_tensor("ids", ids, ("n",), floating=False)
         check_same("number of rows n", embeddings=embeddings.shape[0], ids=ids.shape[0])
+        check_finite("embeddings", embeddings)
+        if get_validate_args():
+            if ids.numel() and int(ids.min()) < 0:
+                raise ValueError(f"ids must be >= 0, got {int(ids.min())}")
+            largest = torch.finfo(self._embeddings.dtype).max
+            if embeddings.numel() and float(embeddings.detach().abs().max()) > largest:
+                raise ValueError(
+                    f"embeddings must fit the queue's dtype {self._embeddings.dtype} "
+                    f"(|x| <= {largest:g}), got {float(embeddings.detach().abs().max()):g}: "
+                    "they would be stored as inf; use dtype=torch.float32"
+                )
         self.step += 1
         embeddings, ids = embeddings[-self.size :], ids[-self.size :]
         n = embeddings.shape[0]
@@ -143,32 +147,35 @@ class CrossBatchMemory:
         positive_ids: torch.Tensor,
         *,
         item_probabilities: torch.Tensor | None = None,
-    ) -> MemoryCandidates:
-        """This batch's positives followed by the queue: the candidate set of a step.
+    ) -> tuple[CandidateSet, CandidateSet]:
+        """This step's candidates: the batch's positives and the queue, as two CandidateSets.
 
         ``positives``: (B, d), row ``i``'s positive in row ``i`` (gradients kept);
         ``positive_ids``: (B,); ``item_probabilities``: (|V|,) ``p(y)``, the probability that
-        a training positive is ``y``. Returns ``candidates`` (B + K', d), ``candidate_ids``
-        (B + K',) and ``log_q = log((B + K')·p(y))`` — the expected count of ``y`` among
-        ``B + K'`` popularity draws — or None without probabilities. This assumes the
-        queue holds past positives (the batch's own distribution); it is
-        :func:`~candidate_sampling.sampling.frequency.mixed_log_q` with ``q = r = p``.
+        a training positive is ``y``. Returns ``(batch, queued)``: ``batch`` the B positive
+        columns, ``queued`` the K' queued columns (newest first, detached, on
+        ``positives``' device and dtype). Both carry ``log Q = log((B + K')·p(y))`` — the
+        expected count of ``y`` among ``B + K'`` popularity draws
+        (:func:`~candidate_sampling.sampling.frequency.batch_log_q`; this assumes the queue
+        holds past positives, the batch's own distribution) — or none without
+        probabilities. ``in_batch_softmax_loss(query, batch, queued)`` is the loss of a
+        step with the queue.
         """
         check_tensor("positives", positives, ("B", self.dim), floating=True)
         check_tensor("positive_ids", positive_ids, ("B",), floating=False)
         check_same("batch size B", positives=positives.shape[0], positive_ids=positive_ids.shape[0])
-        queued = self.embeddings.to(positives.device, positives.dtype)
-        candidates = torch.cat([positives, queued])
-        candidate_ids = torch.cat([positive_ids, self.ids.to(positive_ids.device)])
-        log_q = None
+        queued_ids = self.ids.to(positives.device)
+        positive_ids = positive_ids.to(positives.device)
+        batch_log = queue_log = None
         if item_probabilities is not None:
-            check_tensor("item_probabilities", item_probabilities, ("|V|",), floating=True)
-            check_probabilities("item_probabilities", item_probabilities)
-            p = item_probabilities[candidate_ids.to(item_probabilities.device)]
-            log_q = mixed_log_q(p, p, batch_size=positives.shape[0], num_samples=len(self)).to(
-                positives.device
-            )
-        return MemoryCandidates(candidates, candidate_ids, log_q)
+            num_draws = positives.shape[0] + len(self)
+            batch_log = batch_log_q(positive_ids, item_probabilities, num_draws=num_draws)
+            queue_log = batch_log_q(queued_ids, item_probabilities, num_draws=num_draws)
+        queued = self.embeddings.to(positives.device, positives.dtype)
+        return (
+            CandidateSet(positives, positive_ids, batch_log),
+            CandidateSet(queued, queued_ids, queue_log),
+        )
 
 
 def embedding_drift(stored: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
