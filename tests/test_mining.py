@@ -10,12 +10,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from candidate_sampling import CandidateSet
+from candidate_sampling.eval import KnownPairs
+from candidate_sampling.losses import in_batch_softmax_loss
 from candidate_sampling.scale.mining import (
     HardNegativeMiner,
-    KnownPositives,
-    append_mined,
     brute_force_top_k,
+    choose_negatives,
+    exclusion_mask,
     import_faiss,
+    survivors,
 )
 
 pytest.importorskip("faiss")
@@ -210,11 +214,11 @@ def test_known_positives_are_excluded_and_rows_are_padded():
     queries = randn(3, 4, seed=11, dtype=D64)
     order = torch.argsort(queries @ items.T, dim=1, descending=True)
     # row 0 "already rated" its 5 best items; row 1 its best one; row 2 nothing
-    known = KnownPositives(
+    known = KnownPairs(
         torch.tensor([0] * 5 + [1]), torch.cat([order[0, :5], order[1, :1]]), num_items=50
     )
     miner = HardNegativeMiner(index="torch").build(items)
-    mined = miner.mine(queries, num_negatives=3, known=known, row_keys=torch.arange(3))
+    mined = miner.mine(queries, num_negatives=3, known=known, user_index=torch.arange(3))
     assert torch.equal(mined.ids[0], order[0, 5:8])
     assert torch.equal(mined.ids[1], order[1, 1:4])
     assert torch.equal(mined.ids[2], order[2, :3])
@@ -239,46 +243,62 @@ def test_random_sampling_stays_in_the_window():
     assert not torch.equal(mined.ids, top.ids)
 
 
-@settings(max_examples=20)
-@given(st.integers(1, 8), st.integers(1, 12), st.integers(0, 1000))
-def test_known_positives_mask_against_loop(b, c, seed):
-    g = torch.Generator().manual_seed(seed)
-    keys, items = torch.randint(0, 5, (20,), generator=g), torch.randint(0, 9, (20,), generator=g)
-    table = KnownPositives(keys, items, num_items=9)
-    rows = torch.randint(0, 6, (b,), generator=g)
-    cand = torch.randint(-1, 9, (b, c), generator=g)
-    pairs = set(zip(keys.tolist(), items.tolist()))
-    mask = table.mask(rows, cand)
-    for i in range(b):
-        for j in range(c):
-            assert bool(mask[i, j]) == ((int(rows[i]), int(cand[i, j])) in pairs)
-    counts = table.counts(rows)
-    for i in range(b):
-        assert int(counts[i]) == len({p for p in pairs if p[0] == int(rows[i])})
-
-
 # ---------------------------------------------------------------- candidate contract
 
 
-def test_append_mined_layout_and_own_row_mask():
-    items, queries = randn(100, 4, seed=14), randn(3, 4, seed=15)
+def test_mined_candidates_layout_and_own_row_mask():
+    items, queries = randn(100, 4, seed=14, dtype=D64), randn(3, 4, seed=15, dtype=D64)
     pos = torch.tensor([5, 6, 7])
     mined = (
         HardNegativeMiner(index="torch")
         .build(items)
         .mine(queries, num_negatives=2, positive_ids=pos)
     )
-    out = append_mined(pos, mined, positive_log_q=torch.tensor([-1.0, -2.0, -3.0]), share=False)
-    assert torch.equal(out.candidate_ids[:3], pos)
-    assert torch.equal(out.candidate_ids[3:], mined.ids.reshape(-1))
-    assert torch.equal(out.log_q, torch.tensor([-1.0, -2.0, -3.0, 0, 0, 0, 0, 0, 0]))
-    expected = torch.zeros(3, 9, dtype=torch.bool)
+    own = mined.candidates(items, share=False)
+    assert isinstance(own, CandidateSet) and len(own) == 6
+    assert torch.equal(own.ids, mined.ids.reshape(-1))
+    torch.testing.assert_close(own.embeddings, items[mined.ids.reshape(-1)])
+    assert torch.equal(own.log_q, torch.zeros(6))
+    expected = torch.zeros(3, 6, dtype=torch.bool)
     for i in range(3):
         for j in range(6):
-            expected[i, 3 + j] = j // 2 != i
-    assert torch.equal(out.mask, expected)
-    shared = append_mined(pos, mined)
-    assert shared.mask is None and shared.log_q is None
+            expected[i, j] = j // 2 == i  # True = valid: a row sees its own two
+    assert torch.equal(own.mask, expected)
+    shared = mined.candidates(items, log_q=-1.5)
+    assert shared.mask is None and torch.equal(shared.log_q, torch.full((6,), -1.5))
+    # in the loss: positives first, then the mined columns, each with its own log Q
+    positives = CandidateSet(items[pos], pos, torch.tensor([-1.0, -2.0, -3.0], dtype=D64))
+    per_row = in_batch_softmax_loss(queries, positives, own, reduction="none")
+    for i in range(3):
+        cols = [items[p] for p in pos.tolist()] + [items[int(y)] for y in mined.ids[i]]
+        logq = [-1.0, -2.0, -3.0, 0.0, 0.0]
+        logits = torch.stack([queries[i] @ c for c in cols]) - torch.tensor(logq, dtype=D64)
+        torch.testing.assert_close(per_row[i], torch.logsumexp(logits, 0) - logits[i])
+
+
+def test_the_steps_compose_to_mine():
+    """search → exclusion_mask → survivors → choose_negatives is mine()."""
+    items, queries = randn(80, 4, seed=21, dtype=D64), randn(5, 4, seed=22, dtype=D64)
+    pos = torch.randint(0, 80, (5, 2), generator=torch.Generator().manual_seed(3))
+    known = KnownPairs(torch.tensor([0, 0, 3]), torch.tensor([1, 2, 3]), num_items=80)
+    users = torch.tensor([0, 1, 2, 3, 4])
+    miner = HardNegativeMiner(index="torch").build(items)
+    kw = {"range_min": 1, "range_max": 9, "max_score": 2.0}
+    mined = miner.mine(queries, num_negatives=4, positive_ids=pos, known=known,
+                       user_index=users, **kw)
+    scores, ids = miner.search(queries, 80)
+    excluded = exclusion_mask(ids, positive_ids=pos, known=known, user_index=users)
+    ranks, keep = survivors(scores, excluded, **kw)
+    steps = choose_negatives(scores, ids, ranks, keep, num_negatives=4)
+    for a, b in zip((mined.ids, mined.ranks, mined.valid), (steps.ids, steps.ranks, steps.valid)):
+        assert torch.equal(a, b)
+    # and the rules, against a loop over the sorted catalogue
+    for i in range(5):
+        drop = set(pos[i].tolist()) | ({1, 2} if i == 0 else {3} if i == 3 else set())
+        order = [int(y) for y in torch.argsort(queries[i] @ items.T, descending=True)]
+        rest = [y for y in order if y not in drop]
+        want = [y for r, y in enumerate(rest) if 1 <= r < 9 and float(queries[i] @ items[y]) <= 2.0]
+        assert [int(y) for y, v in zip(mined.ids[i], mined.valid[i]) if v] == want[:4]
 
 
 # ---------------------------------------------------------------- refresh schedule (ANCE)
@@ -326,12 +346,29 @@ def test_bad_input():
         miner.mine(q, num_negatives=1, absolute_margin=0.1)
     with pytest.raises(ValueError, match="sampling must be one of"):
         miner.mine(q, num_negatives=1, sampling="best")
-    with pytest.raises(ValueError, match="known and row_keys"):
-        miner.mine(q, num_negatives=1, row_keys=torch.arange(2))
+    with pytest.raises(ValueError, match="known and user_index"):
+        miner.mine(q, num_negatives=1, user_index=torch.arange(2))
     with pytest.raises(ValueError, match=r"queries must have shape \(B, 3\)"):
         miner.mine(randn(2, 4), num_negatives=1)
-    with pytest.raises(ValueError, match="items must lie in"):
-        KnownPositives(torch.tensor([0]), torch.tensor([9]), num_items=5)
+    with pytest.raises(ValueError, match="known must be a KnownPairs"):
+        miner.mine(q, num_negatives=1, known=(torch.arange(2),), user_index=torch.arange(2))
+    with pytest.raises(ValueError, match="user_index must have shape"):
+        miner.mine(q, num_negatives=1, known=_table(), user_index=torch.arange(3))
+    nan = torch.full((2, 3), float("nan"))
+    with pytest.raises(ValueError, match="queries must be finite"):
+        miner.mine(nan, num_negatives=1)
+    with pytest.raises(ValueError, match="queries must be finite"):
+        brute_force_top_k(nan, randn(4, 3), 2)
+    with pytest.raises(ValueError, match="item_embeddings must be finite"):
+        HardNegativeMiner(index="flat").build(nan)
+    with pytest.raises(ValueError, match="positive_scores must be finite"):
+        miner.mine(q, num_negatives=1, relative_margin=0.1, positive_scores=nan[:, 0])
+    with pytest.raises(ValueError, match="log_q must be finite"):
+        miner.mine(q, num_negatives=1).candidates(randn(10, 3), log_q=float("inf"))
+
+
+def _table():
+    return KnownPairs(torch.tensor([0]), torch.tensor([1]), num_items=10)
 
 
 def test_missing_faiss_says_how_to_install(monkeypatch):
@@ -342,33 +379,18 @@ def test_missing_faiss_says_how_to_install(monkeypatch):
         HardNegativeMiner(index="hnsw").build(randn(5, 2))
 
 
-def test_known_positives_sparse_path_equals_dense_path():
-    g = torch.Generator().manual_seed(3)
-    keys, items = (
-        torch.randint(0, 50, (300,), generator=g),
-        torch.randint(0, 40, (300,), generator=g),
-    )
-    dense = KnownPositives(keys, items, num_items=40)
-    sparse = KnownPositives(keys, items, num_items=40, dense_limit=0)
-    rows = torch.randint(0, 60, (16,), generator=g)  # some keys never seen
-    cand = torch.randint(-1, 40, (16, 25), generator=g)
-    assert torch.equal(dense.mask(rows, cand), sparse.mask(rows, cand))
-    assert torch.equal(dense.mask(rows, cand[0]), sparse.mask(rows, cand[0]))
-    assert torch.equal(dense.counts(rows), sparse.counts(rows))
-
-
 def test_fetch_bounds_the_search_and_pads_rows():
     items = randn(100, 4, seed=16, dtype=D64)
     queries = randn(2, 4, seed=17, dtype=D64)
     order = torch.argsort(queries @ items.T, dim=1, descending=True)
-    known = KnownPositives(torch.zeros(8, dtype=torch.long), order[0, :8], num_items=100)
+    known = KnownPairs(torch.zeros(8, dtype=torch.long), order[0, :8], num_items=100)
     miner = HardNegativeMiner(index="torch").build(items)
     mined = miner.mine(
-        queries, num_negatives=2, known=known, row_keys=torch.tensor([0, 1]), fetch=8
+        queries, num_negatives=2, known=known, user_index=torch.tensor([0, 1]), fetch=8
     )
     assert not bool(mined.valid[0].any())  # its 8 best are all known: nothing left
     assert torch.equal(mined.ids[1], order[1, :2])
-    exact = miner.mine(queries, num_negatives=2, known=known, row_keys=torch.tensor([0, 1]))
+    exact = miner.mine(queries, num_negatives=2, known=known, user_index=torch.tensor([0, 1]))
     assert torch.equal(exact.ids[0], order[0, 8:10])
 
 

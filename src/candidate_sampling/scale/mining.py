@@ -16,7 +16,8 @@ nearest-neighbour (ANN) index is for. :class:`HardNegativeMiner` wraps
 
 **What is mined.** For each query row, the candidates are the catalogue sorted by score
 ``s(x, y) = u(x)·v(y)``, with the row's positives (by id) and any known positives (a
-:class:`KnownPositives` table, e.g. every movie a user rated) removed first. Ranks count
+:class:`~candidate_sampling.eval.KnownPairs` table, e.g. every movie a user rated) removed
+first. Ranks count
 the remaining candidates from 0 (the hardest). A candidate is kept when
 
 * its rank lies in ``[range_min, range_max)`` (sentence-transformers'
@@ -43,9 +44,16 @@ ANCE) rebuild it asynchronously every so many steps; :meth:`HardNegativeMiner.ma
 rebuilds it when ``refresh_every`` steps have passed since the last build, and
 :attr:`HardNegativeMiner.built_at` says how stale it is.
 
-**Mined negatives in the loss.** They enter the package's candidate contract as extra
-candidate rows (:func:`append_mined`): ``candidate_ids = cat([positive_ids, mined_ids])``,
-``log_q = cat([log_q_batch, log_q_mined])``. There is no proposal distribution behind a
+**The steps.** :meth:`HardNegativeMiner.mine` is the pipeline's four steps, each public:
+search the index (:meth:`HardNegativeMiner.search`), filter the row's positives and known
+items (:func:`exclusion_mask`), apply the rules and select (:func:`survivors`,
+:func:`choose_negatives`), and build the loss's columns
+(:meth:`MinedNegatives.candidates`).
+
+**Mined negatives in the loss.** They enter the package's candidate contract as one more
+:class:`~candidate_sampling.CandidateSet` (:meth:`MinedNegatives.candidates`), after the
+batch's positives: ``in_batch_softmax_loss(u, positives, mined.candidates(item_tower))``,
+each part with its own log Q. There is no proposal distribution behind a
 mined negative: it is a deterministic function of the query and of the index, included
 with probability 1 for its own row and 0 for almost every other item, so no ``log Q``
 makes a loss with mined negatives an unbiased estimate of the full softmax. The package
@@ -64,20 +72,23 @@ import numpy as np
 import torch
 
 from candidate_sampling._validate import (
+    check_finite,
     check_int_range,
     check_same,
     check_tensor,
 )
+from candidate_sampling.candidates import Classes, CandidateSet
+from candidate_sampling.eval.known_pairs import KnownPairs, check_known
 
 __all__ = [
     "INDEX_KINDS",
     "HardNegativeMiner",
-    "KnownPositives",
-    "MinedCandidates",
     "MinedNegatives",
-    "append_mined",
     "brute_force_top_k",
+    "choose_negatives",
+    "exclusion_mask",
     "import_faiss",
+    "survivors",
 ]
 
 INDEX_KINDS = ("flat", "hnsw", "ivf", "torch")
@@ -110,6 +121,8 @@ def brute_force_top_k(
     check_same("embedding size d", queries=queries.shape[1], items=items.shape[1])
     check_int_range("k", k, 1, items.shape[0])
     check_int_range("chunk_size", chunk_size, 1)
+    check_finite("queries", queries)  # topk ranks NaN first: a NaN query has no neighbours
+    check_finite("items", items)
     scores, positions = [], []
     items_t = items.T
     for start in range(0, queries.shape[0], chunk_size):
@@ -117,90 +130,6 @@ def brute_force_top_k(
         scores.append(s)
         positions.append(p)
     return torch.cat(scores), torch.cat(positions)
-
-
-class KnownPositives:
-    """A table of known (row key, item) pairs, e.g. every (user, movie) rating.
-
-    ``keys``: (n,) and ``items``: (n,) integer tensors, one pair per known positive;
-    ``num_items``: the catalogue size. Each pair is stored as ``key · num_items + item`` in
-    a sorted int64 tensor, so :meth:`mask` answers "is this (row, candidate) pair known?"
-    for a whole (B, C) block with one ``torch.searchsorted``, on any device. When
-    ``(max key + 1) · num_items`` is at most ``dense_limit`` (default 2^26 entries, 64 MiB)
-    a dense bool matrix is kept as well and :meth:`mask` is a plain lookup.
-    """
-
-    def __init__(
-        self,
-        keys: torch.Tensor,
-        items: torch.Tensor,
-        *,
-        num_items: int,
-        dense_limit: int = 2**26,
-    ) -> None:
-        check_tensor("keys", keys, ("n",), floating=False, allow_empty=True)
-        check_tensor("items", items, ("n",), floating=False, allow_empty=True)
-        check_same("number of pairs n", keys=keys.shape[0], items=items.shape[0])
-        check_int_range("num_items", num_items, 1)
-        if items.numel() and (int(items.min()) < 0 or int(items.max()) >= num_items):
-            raise ValueError(f"items must lie in [0, {num_items}) (num_items)")
-        if keys.numel() and int(keys.min()) < 0:
-            raise ValueError("keys must be >= 0")
-        self.num_items = num_items
-        self.pairs = torch.unique(keys.long() * num_items + items.long())  # sorted
-        row_keys, counts = torch.unique(self.pairs // num_items, return_counts=True)
-        self._row_keys, self._row_counts = row_keys, counts
-        self._dense = None
-        num_keys = int(keys.max()) + 1 if keys.numel() else 0
-        if 0 < num_keys * num_items <= dense_limit:
-            dense = torch.zeros(num_keys * num_items, dtype=torch.bool, device=self.pairs.device)
-            dense[self.pairs] = True
-            self._dense = dense.view(num_keys, num_items)
-
-    def to(self, device: torch.device | str) -> KnownPositives:
-        """Move the table to ``device`` (returns ``self``)."""
-        self.pairs = self.pairs.to(device)
-        self._row_keys = self._row_keys.to(device)
-        self._row_counts = self._row_counts.to(device)
-        if self._dense is not None:
-            self._dense = self._dense.to(device)
-        return self
-
-    def counts(self, row_keys: torch.Tensor) -> torch.Tensor:
-        """(B,) number of known positives of each row key (0 for keys never seen)."""
-        rk = row_keys.to(self._row_keys.device).long()
-        pos = torch.searchsorted(self._row_keys, rk).clamp(max=max(len(self._row_keys) - 1, 0))
-        if len(self._row_keys) == 0:
-            return torch.zeros_like(rk)
-        found = self._row_keys[pos] == rk
-        return torch.where(found, self._row_counts[pos], torch.zeros_like(rk))
-
-    def mask(self, row_keys: torch.Tensor, candidate_ids: torch.Tensor) -> torch.Tensor:
-        """(B, C) bool: True where ``(row_keys[i], candidate_ids[.., j])`` is a known pair.
-
-        ``row_keys``: (B,); ``candidate_ids``: (C,) shared or (B, C) per row. Ids outside
-        ``[0, num_items)`` (e.g. the ``-1`` padding of :class:`MinedNegatives`) are never
-        known.
-        """
-        check_tensor("row_keys", row_keys, ("B",), floating=False)
-        device = self.pairs.device
-        rk = row_keys.to(device).long()
-        cand = candidate_ids.to(device).long()
-        if cand.dim() == 1:
-            cand = cand[None, :].expand(rk.shape[0], -1)
-        check_tensor("candidate_ids", cand, (rk.shape[0], "C"), floating=False, allow_empty=True)
-        inside = (cand >= 0) & (cand < self.num_items)
-        if self._dense is not None:
-            known_row = (rk >= 0) & (rk < self._dense.shape[0])
-            rows = rk.clamp(0, self._dense.shape[0] - 1)[:, None].expand_as(cand)
-            hit = self._dense[rows, cand.clamp(0, self.num_items - 1)]
-            return hit & inside & known_row[:, None]
-        query = rk[:, None] * self.num_items + cand.clamp(0, self.num_items - 1)
-        if self.pairs.numel() == 0:
-            return torch.zeros_like(inside)
-        pos = torch.searchsorted(self.pairs, query.reshape(-1)).clamp(max=len(self.pairs) - 1)
-        hit = (self.pairs[pos] == query.reshape(-1)).reshape(query.shape)
-        return hit & inside
 
 
 @dataclass
@@ -226,63 +155,141 @@ class MinedNegatives:
         rows = rows.expand_as(self.ids)
         return self.ids[self.valid], rows[self.valid]
 
+    def candidates(
+        self, classes: Classes, *, log_q: float = 0.0, share: bool = True
+    ) -> CandidateSet:
+        """Step 4, build: the valid mined negatives as a :class:`~candidate_sampling.CandidateSet`.
 
-@dataclass
-class MinedCandidates:
-    """Mined negatives in the candidate contract (see :func:`append_mined`).
+        ``classes``: the *current* item table (|V|, d) or item encoder (ids → (n, d)), so
+        the loss trains the item tower through the mined columns (the index's vectors are
+        stale). The M valid negatives become M columns, row-major, each with
+        ``log_q`` — 0 by default, an expected count of 1: a row's own mined items are
+        then *exact* terms of its partition function (module docstring). With
+        ``share=True`` (default, as sentence-transformers does with explicit negatives)
+        every row sees every row's mined negatives; with ``share=False`` each row sees only
+        its own (a per-row (B, M) mask, True = valid). Use as the loss's ``candidates``:
+        ``in_batch_softmax_loss(u, positives, mined.candidates(item_tower))``. Chapter 8.
+        """
+        if not isinstance(log_q, (int, float)) or isinstance(log_q, bool):
+            raise ValueError(f"log_q must be a finite number, got {log_q!r}")
+        if not math.isfinite(log_q):
+            raise ValueError(f"log_q must be finite, got {log_q!r}")
+        ids, rows = self.flat()
+        mask = None
+        if not share:
+            owner = torch.arange(self.ids.shape[0], device=rows.device)[:, None]
+            mask = rows[None, :] == owner  # (B, M): row i keeps its own negatives
+        out = CandidateSet.from_ids(ids, classes, log_q=float(log_q))
+        return out if mask is None else out.with_mask(mask.to(out.device))
 
-    ``candidate_ids``: (B + M,) = ``cat([positive_ids, mined_ids])``; ``mined_ids``: (M,);
-    ``log_q``: (B + M,) or ``None``; ``mask``: (B, B + M) bool or ``None`` — True where a
-    row must not see a column (another row's mined negative when ``share=False``).
-    """
 
-    candidate_ids: torch.Tensor
-    mined_ids: torch.Tensor
-    mined_rows: torch.Tensor
-    log_q: torch.Tensor | None
-    mask: torch.Tensor | None
-
-
-def append_mined(
-    positive_ids: torch.Tensor,
-    mined: MinedNegatives,
+def exclusion_mask(
+    ids: torch.Tensor,
     *,
-    positive_log_q: torch.Tensor | None = None,
-    mined_log_q: float = 0.0,
-    share: bool = True,
-) -> MinedCandidates:
-    """Put mined negatives after the batch's positives: the candidate contract of chapter 5.
+    positive_ids: torch.Tensor | None = None,
+    known: KnownPairs | None = None,
+    user_index: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Step 2, filter: (B, k) bool, True where a searched candidate may not be a negative.
 
-    ``candidates = cat([positives, v(mined_ids)])`` (the caller embeds ``mined_ids`` with the
-    *current* item tower), ``candidate_ids = cat([positive_ids, mined_ids])`` and
-    ``log_q = cat([positive_log_q, mined_log_q])``. ``positive_ids``: (B,); ``mined``: the
-    miner's output for the same B rows; ``positive_log_q``: (B,) log expected count of the
-    in-batch columns (``None``: no correction anywhere); ``mined_log_q``: the log expected
-    count given to every mined column — 0 by default, a count of 1, which makes a row's own
-    mined items exact terms of its partition function (module docstring). With
-    ``share=True`` (default, as sentence-transformers does with explicit negatives) every
-    row sees every row's mined negatives; with ``share=False`` each row sees only its own
-    (``mask`` hides the others). Chapter 8.
+    ``ids``: (B, k) candidate ids from the index (``-1`` where it returned fewer);
+    ``positive_ids``: (B, T) ids of each row's positives (``-1`` pads); ``known`` with
+    ``user_index`` (B,): a :class:`~candidate_sampling.eval.KnownPairs` of each row's
+    known positives (e.g. every movie the user rated). Excluded: padding, a row's
+    positives, its known items. On ``ids``' device.
     """
-    check_tensor("positive_ids", positive_ids, ("B",), floating=False)
-    check_same("batch size B", positive_ids=positive_ids.shape[0], mined=mined.ids.shape[0])
-    if not math.isfinite(mined_log_q):
-        raise ValueError(f"mined_log_q must be finite, got {mined_log_q!r}")
-    ids, rows = mined.flat()
-    ids, rows = ids.to(positive_ids.device), rows.to(positive_ids.device)
-    batch = positive_ids.shape[0]
-    candidate_ids = torch.cat([positive_ids, ids.to(positive_ids.dtype)])
-    log_q = None
-    if positive_log_q is not None:
-        check_tensor("positive_log_q", positive_log_q, (batch,), floating=True)
-        log_q = torch.cat([positive_log_q, positive_log_q.new_full((ids.shape[0],), mined_log_q)])
-    mask = None
-    if not share:
-        owner = torch.cat([torch.full((batch,), -1, device=rows.device), rows])
-        mask = (owner[None, :] >= 0) & (
-            owner[None, :] != torch.arange(batch, device=rows.device)[:, None]
-        )
-    return MinedCandidates(candidate_ids, ids, rows, log_q, mask)
+    excluded = ids < 0
+    if positive_ids is not None:
+        excluded |= (ids[:, :, None] == positive_ids.to(ids.device)[:, None, :]).any(-1)
+    if known is not None:
+        excluded |= known.mask(user_index, ids).to(ids.device)
+    return excluded
+
+
+def survivors(
+    scores: torch.Tensor,
+    excluded: torch.Tensor,
+    *,
+    range_min: int,
+    range_max: int,
+    max_score: float | None = None,
+    relative_margin: float | None = None,
+    absolute_margin: float | None = None,
+    positive_scores: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step 3a, the rules: ``(ranks, keep)``, each (B, k), of candidates sorted by score.
+
+    ``scores``: (B, k) sorted best first (as an index returns them); ``excluded``: from
+    :func:`exclusion_mask`. ``ranks`` count the non-excluded candidates from 0 (the
+    hardest); ``keep`` is True where a candidate passes every rule of the module
+    docstring: rank in ``[range_min, range_max)``, score ``<= max_score``, and the
+    positive-aware margins against ``positive_scores`` (B,). Arguments are checked by
+    :meth:`HardNegativeMiner.mine`.
+    """
+    device = scores.device
+    ranks = torch.cumsum((~excluded).long(), dim=1) - 1
+    keep = ~excluded & (ranks >= range_min) & (ranks < range_max)
+    if max_score is not None:
+        keep &= scores <= max_score
+    # ---- positive-aware margin (NV-Retriever) ----
+    if positive_scores is not None:
+        s_pos = positive_scores.to(device=device, dtype=scores.dtype)[:, None]
+        if relative_margin is not None:
+            keep &= scores < s_pos - relative_margin * s_pos.abs()
+        if absolute_margin is not None:
+            keep &= scores < s_pos - absolute_margin
+    # ---- end of the positive-aware margin ----
+    return ranks, keep
+
+
+def choose_negatives(
+    scores: torch.Tensor,
+    ids: torch.Tensor,
+    ranks: torch.Tensor,
+    keep: torch.Tensor,
+    *,
+    num_negatives: int,
+    sampling: str = "top",
+    generator: torch.Generator | None = None,
+    built_at: int | None = None,
+) -> MinedNegatives:
+    """Step 3b, select: ``num_negatives`` of each row's kept candidates → :class:`MinedNegatives`.
+
+    ``sampling="top"``: the hardest kept ones; ``"random"``: a uniform subset of them
+    (``generator`` on any device), presented hardest first. Rows with fewer survivors, and
+    a search narrower than ``num_negatives``, are padded with id ``-1``, score ``-inf``,
+    rank ``-1`` and ``valid=False``. Inputs (B, k) as from :func:`survivors`.
+    """
+    if sampling not in SAMPLING:
+        raise ValueError(f"sampling must be one of {SAMPLING}, got {sampling!r}")
+    check_int_range("num_negatives", num_negatives, 1)
+    batch, fetched = scores.shape
+    device = scores.device
+    if sampling == "random":
+        key = torch.rand(
+            batch,
+            fetched,
+            generator=generator,
+            dtype=torch.float64,
+            device=generator.device if generator is not None else "cpu",
+        ).to(device)
+    else:
+        key = torch.arange(fetched, device=device, dtype=torch.float64)[None, :].expand(batch, -1)
+    key = torch.where(keep, key, torch.full_like(key, float("inf")))  # smallest first
+    take = min(num_negatives, fetched)
+    chosen = torch.topk(key, take, dim=1, largest=False, sorted=True).indices
+    if sampling == "random":  # present the random subset hardest first
+        chosen = torch.sort(chosen, dim=1).values
+    valid = keep.gather(1, chosen)
+    pad = num_negatives - take  # a catalogue smaller than the request
+
+    def pick(values: torch.Tensor, fill: float) -> torch.Tensor:
+        out = values.gather(1, chosen).masked_fill(~valid, fill)
+        return torch.cat([out, out.new_full((batch, pad), fill)], 1) if pad else out
+
+    picked = pick(ids, -1), pick(scores, float("-inf")), pick(ranks, -1)
+    valid = torch.cat([valid, valid.new_zeros((batch, pad))], 1) if pad else valid
+    return MinedNegatives(*picked, valid, built_at)
 
 
 class HardNegativeMiner:
@@ -359,6 +366,7 @@ class HardNegativeMiner:
         ``step`` records when it was built (for :attr:`built_at`). Returns ``self``.
         """
         check_tensor("item_embeddings", item_embeddings, ("N", "d"), floating=True)
+        check_finite("item_embeddings", item_embeddings)  # faiss would index NaN as numbers
         n, d = item_embeddings.shape
         if item_ids is None:
             item_ids = torch.arange(n)
@@ -461,6 +469,7 @@ class HardNegativeMiner:
         self._check_built()
         check_tensor("queries", queries, ("B", self.dim), floating=True)
         check_int_range("k", k, 1, self.num_items)
+        check_finite("queries", queries)
         q = queries.detach()
         if self.kind == "torch":
             scores, positions = brute_force_top_k(q.to(self._items.dtype), self._items, k)
@@ -483,8 +492,8 @@ class HardNegativeMiner:
         *,
         num_negatives: int,
         positive_ids: torch.Tensor | None = None,
-        known: KnownPositives | None = None,
-        row_keys: torch.Tensor | None = None,
+        known: KnownPairs | None = None,
+        user_index: torch.Tensor | None = None,
         range_min: int = 0,
         range_max: int | None = None,
         max_score: float | None = None,
@@ -497,14 +506,20 @@ class HardNegativeMiner:
     ) -> MinedNegatives:
         """Per-row hard negatives from the index (module docstring for the rules).
 
+        The pipeline's steps, each a public function: :meth:`search` the index →
+        :func:`exclusion_mask` (positives, known items) → :func:`survivors` (rank window,
+        ceilings, positive-aware margins) → :func:`choose_negatives`; then
+        :meth:`MinedNegatives.candidates` builds the loss's columns.
+
         ``queries``: (B, d) query embeddings (detached); ``num_negatives``: how many per row;
         ``positive_ids``: (B,) or (B, T) ids removed from the row's candidates (``-1``
-        pads); ``known`` with ``row_keys`` (B,): a :class:`KnownPositives` table whose pairs
-        are removed too (e.g. every movie the user rated); ``range_min`` / ``range_max``:
-        the rank window among the remaining candidates (``range_max`` defaults to
-        ``range_min + num_negatives``); ``max_score``: absolute score ceiling;
-        ``relative_margin``: keep only scores ``< s⁺ − relative_margin · |s⁺|`` (for
-        ``s⁺ > 0``: below ``(1 − relative_margin) · s⁺``; any sign, any positive scale);
+        pads); ``known`` with ``user_index`` (B,): a
+        :class:`~candidate_sampling.eval.KnownPairs` whose items are removed too (e.g.
+        every movie the user rated); ``range_min`` / ``range_max``: the rank window among
+        the remaining candidates (``range_max`` defaults to ``range_min + num_negatives``);
+        ``max_score``: absolute score ceiling; ``relative_margin``: keep only scores
+        ``< s⁺ − relative_margin · |s⁺|`` (for ``s⁺ > 0``: below
+        ``(1 − relative_margin) · s⁺``; any sign, any positive scale);
         ``absolute_margin``: keep only scores ``< s⁺ − absolute_margin``, where ``s⁺`` is
         ``positive_scores`` (B,) or, by default, the query's score against the index's
         vector of ``positive_ids[:, 0]``; ``sampling``: ``"top"`` (hardest first) or
@@ -513,7 +528,8 @@ class HardNegativeMiner:
         of ids a row may have to drop (its positives and known positives), so that the
         window is exact; a smaller ``fetch`` bounds the search cost (an over-fetch factor,
         as production miners use) and rows whose window it cannot fill are padded.
-        Returns :class:`MinedNegatives` on ``queries``' device.
+        Returns :class:`MinedNegatives` on ``queries``' device. NaN queries or scores
+        raise (an index turns NaN into arbitrary neighbours).
         """
         self._check_built()
         check_tensor("queries", queries, ("B", self.dim), floating=True)
@@ -525,33 +541,16 @@ class HardNegativeMiner:
         check_int_range("range_max", range_max, range_min + 1)
         if sampling not in SAMPLING:
             raise ValueError(f"sampling must be one of {SAMPLING}, got {sampling!r}")
-        if relative_margin is not None and not 0 <= relative_margin < 1:
-            raise ValueError(f"relative_margin must lie in [0, 1), got {relative_margin!r}")
-        if absolute_margin is not None and (
-            not math.isfinite(absolute_margin) or absolute_margin < 0
+        _check_rules(max_score, relative_margin, absolute_margin)
+        pos = _check_positive_ids(positive_ids, batch)
+        if (known is None) != (user_index is None):
+            raise ValueError("known and user_index must be given together")
+        if known is not None:
+            check_known(known)
+            check_tensor("user_index", user_index, (batch,), floating=False)
+        if (relative_margin is not None or absolute_margin is not None) and (
+            positive_scores is None
         ):
-            raise ValueError(f"absolute_margin must be >= 0 and finite, got {absolute_margin!r}")
-        if max_score is not None and not math.isfinite(max_score):
-            raise ValueError(f"max_score must be finite, got {max_score!r}")
-        if (known is None) != (row_keys is None):
-            raise ValueError("known and row_keys must be given together")
-        pos = None
-        if positive_ids is not None:
-            if positive_ids.dim() not in (1, 2):
-                raise ValueError(
-                    f"positive_ids must have shape (B,) or (B, T), got {tuple(positive_ids.shape)}"
-                )
-            check_tensor(
-                "positive_ids",
-                positive_ids,
-                (batch,) + (None,) * (positive_ids.dim() - 1),
-                floating=False,
-            )
-            pos = positive_ids if positive_ids.dim() == 2 else positive_ids[:, None]
-        if row_keys is not None:
-            check_tensor("row_keys", row_keys, (batch,), floating=False)
-        needs_positive = relative_margin is not None or absolute_margin is not None
-        if needs_positive and positive_scores is None:
             if pos is None:
                 raise ValueError(
                     "relative_margin / absolute_margin need positive_scores or positive_ids"
@@ -560,69 +559,61 @@ class HardNegativeMiner:
             positive_scores = (queries.detach().float().cpu() * vectors).sum(1)
         if positive_scores is not None:
             check_tensor("positive_scores", positive_scores, (batch,), floating=True)
+            check_finite("positive_scores", positive_scores)
 
         # how many to fetch: the window plus everything that may be removed in front of it
         extra = 0 if pos is None else pos.shape[1]
-        if known is not None:
-            extra += int(known.counts(row_keys).max()) if batch else 0
+        if known is not None and batch:
+            extra += int(known.counts(user_index).max())
         if fetch is None:
             fetch = range_max + extra
         check_int_range("fetch", fetch, 1)
-        fetch = min(self.num_items, fetch)
-        scores, ids = self.search(queries, fetch)
-        device = scores.device
-        excluded = ids < 0
-        if pos is not None:
-            excluded |= (ids[:, :, None] == pos.to(device)[:, None, :]).any(-1)
-        if known is not None:
-            excluded |= known.mask(row_keys, ids).to(device)
+        scores, ids = self.search(queries, min(self.num_items, fetch))  # 1. search
+        excluded = exclusion_mask(ids, positive_ids=pos, known=known, user_index=user_index)
         # rank among the non-excluded candidates, hardest = 0 (faiss returns sorted lists)
         order = torch.argsort(scores, dim=1, descending=True, stable=True)
-        scores, ids, excluded = (
-            scores.gather(1, order),
-            ids.gather(1, order),
-            excluded.gather(1, order),
+        scores, ids, excluded = (t.gather(1, order) for t in (scores, ids, excluded))
+        ranks, keep = survivors(  # 3. the rules
+            scores,
+            excluded,
+            range_min=range_min,
+            range_max=range_max,
+            max_score=max_score,
+            relative_margin=relative_margin,
+            absolute_margin=absolute_margin,
+            positive_scores=positive_scores,
         )
-        ranks = torch.cumsum((~excluded).long(), dim=1) - 1
-        keep = ~excluded & (ranks >= range_min) & (ranks < range_max)
-        if max_score is not None:
-            keep &= scores <= max_score
-        if positive_scores is not None:
-            s_pos = positive_scores.to(device=device, dtype=scores.dtype)[:, None]
-            if relative_margin is not None:
-                keep &= scores < s_pos - relative_margin * s_pos.abs()
-            if absolute_margin is not None:
-                keep &= scores < s_pos - absolute_margin
-        # choose num_negatives survivors per row: a sort key, smallest first
-        columns = torch.arange(fetch, device=device, dtype=torch.float64)[None, :].expand(batch, -1)
-        if sampling == "random":
-            key = torch.rand(
-                batch,
-                fetch,
-                generator=generator,
-                dtype=torch.float64,
-                device=generator.device if generator is not None else "cpu",
-            )
-            key = key.to(device)
-        else:
-            key = columns
-        key = torch.where(keep, key, torch.full_like(key, float("inf")))
-        take = min(num_negatives, fetch)
-        chosen = torch.topk(key, take, dim=1, largest=False, sorted=True).indices
-        if sampling == "random":  # present the random subset hardest first
-            chosen = torch.sort(chosen, dim=1).values
-        valid = keep.gather(1, chosen)
-        out_ids = torch.where(valid, ids.gather(1, chosen), torch.full_like(chosen, -1))
-        out_scores = torch.where(
-            valid, scores.gather(1, chosen), torch.full_like(scores[:, :take], float("-inf"))
+        return choose_negatives(
+            scores,
+            ids,
+            ranks,
+            keep,
+            num_negatives=num_negatives,
+            sampling=sampling,
+            generator=generator,
+            built_at=self.built_at,
         )
-        out_ranks = torch.where(valid, ranks.gather(1, chosen), torch.full_like(chosen, -1))
-        if take < num_negatives:  # a catalogue smaller than the request: pad
-            pad = num_negatives - take
-            out_ids = torch.cat([out_ids, out_ids.new_full((batch, pad), -1)], 1)
-            out_scores = torch.cat(
-                [out_scores, out_scores.new_full((batch, pad), float("-inf"))], 1
-            )
-            out_ranks = torch.cat([out_ranks, out_ranks.new_full((batch, pad), -1)], 1)
-            valid = torch.cat([valid, valid.new_zeros((batch, pad))], 1)
-        return MinedNegatives(out_ids, out_scores, out_ranks, valid, self.built_at)
+
+
+def _check_rules(
+    max_score: float | None, relative_margin: float | None, absolute_margin: float | None
+) -> None:
+    if relative_margin is not None and not 0 <= relative_margin < 1:
+        raise ValueError(f"relative_margin must lie in [0, 1), got {relative_margin!r}")
+    if absolute_margin is not None and (not math.isfinite(absolute_margin) or absolute_margin < 0):
+        raise ValueError(f"absolute_margin must be >= 0 and finite, got {absolute_margin!r}")
+    if max_score is not None and not math.isfinite(max_score):
+        raise ValueError(f"max_score must be finite, got {max_score!r}")
+
+
+def _check_positive_ids(positive_ids: torch.Tensor | None, batch: int) -> torch.Tensor | None:
+    """(B,) or (B, T) integer ids → (B, T), or None."""
+    if positive_ids is None:
+        return None
+    if not isinstance(positive_ids, torch.Tensor) or positive_ids.dim() not in (1, 2):
+        shape = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
+        raise ValueError(f"positive_ids must have shape (B,) or (B, T), got {shape}")
+    check_tensor(
+        "positive_ids", positive_ids, (batch,) + (None,) * (positive_ids.dim() - 1), floating=False
+    )
+    return positive_ids if positive_ids.dim() == 2 else positive_ids[:, None]
