@@ -43,6 +43,7 @@ from candidate_sampling._validate import (
 
 __all__ = [
     "ItemTower",
+    "SASRec",
     "SharedHistoryTower",
     "TwoTowerModel",
     "UserTower",
@@ -341,3 +342,135 @@ def sparse_parameters(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Pa
         if p.requires_grad:
             (sparse if id(p) in sparse_ids else dense).append(p)
     return sparse, dense
+
+
+# --------------------------------------------------------------- chapter 10: SASRec
+
+
+class _CausalBlock(nn.Module):
+    """One pre-norm Transformer block: masked self-attention, then a position-wise MLP."""
+
+    def __init__(self, dim: int, num_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.dropout = dropout
+        self.attention_norm = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.attention_out = nn.Linear(dim, dim)
+        self.mlp_norm = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(
+            nn.Linear(dim, dim), nn.ReLU(), nn.Dropout(dropout), nn.Linear(dim, dim)
+        )
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        batch, length, dim = x.shape
+        heads = self.num_heads
+        qkv = self.qkv(self.attention_norm(x)).view(batch, length, 3, heads, dim // heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, heads, L, d / heads)
+        p = self.dropout if self.training else 0.0
+        a = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)
+        x = x + self.drop(self.attention_out(a.transpose(1, 2).reshape(batch, length, dim)))
+        return x + self.drop(self.mlp(self.mlp_norm(x)))
+
+
+class SASRec(nn.Module):
+    """A small SASRec-style next-item model (Kang & McAuley 2018), chapter 10.
+
+    ``history``: (B, L) item ids in ``[0, num_items)``, **left-padded with -1** (the
+    padding of :func:`candidate_sampling.data.history_windows`), oldest first, ``L ≤
+    max_len``. Each item id is embedded (``E``: (|V|, d)), a learned position embedding
+    is added (position ``max_len − L + t`` for column ``t``, so the most recent item always
+    has position ``max_len − 1``), and ``num_blocks`` pre-norm Transformer blocks apply
+    **causal** self-attention: the state at column ``t`` sees columns ``≤ t`` only, and
+    never a padded column. :meth:`forward` returns the states ``h``: (B, L, d), zero at
+    padded columns. The output classes are the **tied** item embeddings: the score of
+    item ``y`` after the prefix ending at ``t`` is ``s = h_t · E_y``
+    (:meth:`item_embeddings`), so any loss of the package — the full softmax, a sampled
+    softmax, BCE with sampled negatives, gBCE — trains the same model from ``h`` and
+    ``E``. :meth:`user_states` gives the state after the whole history, (B, d): the
+    query a user is ranked with.
+
+    Dropout (``dropout``) on the input, attention weights, residual branches and MLP;
+    item and position tables are drawn from ``N(0, init_std²)``.
+    """
+
+    def __init__(
+        self,
+        num_items: int,
+        dim: int = 64,
+        *,
+        max_len: int = 50,
+        num_blocks: int = 2,
+        num_heads: int = 1,
+        dropout: float = 0.2,
+        init_std: float = 0.05,
+    ) -> None:
+        super().__init__()
+        check_int_range("num_items", num_items, 1)
+        check_int_range("dim", dim, 1)
+        check_int_range("max_len", max_len, 1)
+        check_int_range("num_blocks", num_blocks, 0)
+        check_int_range("num_heads", num_heads, 1)
+        if dim % num_heads:
+            raise ValueError(f"dim must be divisible by num_heads={num_heads}, got {dim}")
+        if isinstance(dropout, bool) or not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
+        check_positive("init_std", init_std)
+        self.num_items, self.dim, self.max_len = num_items, dim, max_len
+        # row num_items is the padding row: it never reaches an unpadded state
+        self.item_embedding = nn.Embedding(num_items + 1, dim)
+        self.position_embedding = nn.Embedding(max_len, dim)
+        with torch.no_grad():
+            self.item_embedding.weight.normal_(0.0, init_std)
+            self.position_embedding.weight.normal_(0.0, init_std)
+            self.item_embedding.weight[num_items].zero_()
+        self.input_dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            _CausalBlock(dim, num_heads, float(dropout)) for _ in range(num_blocks)
+        )
+        self.final_norm = nn.LayerNorm(dim)
+
+    def _check_history(self, history: torch.Tensor) -> None:
+        check_tensor("history", history, ("B", "L"), floating=False)
+        if history.dtype == torch.bool:
+            raise ValueError("history must be an integer tensor of item ids, got torch.bool")
+        if history.shape[1] > self.max_len:
+            raise ValueError(
+                f"history must have at most max_len = {self.max_len} columns, "
+                f"got {history.shape[1]}"
+            )
+        if get_validate_args() and (
+            int(history.min()) < -1 or int(history.max()) >= self.num_items
+        ):
+            raise ValueError(
+                f"history must hold item ids in [0, {self.num_items}) or -1 (padding), got "
+                f"values in [{int(history.min())}, {int(history.max())}]"
+            )
+
+    def forward(self, history: torch.Tensor) -> torch.Tensor:
+        """``history`` (B, L), -1 = padding → states ``h`` (B, L, d), zero where padded."""
+        self._check_history(history)
+        length = history.shape[1]
+        real = history >= 0  # (B, L)
+        ids = torch.where(real, history, torch.full_like(history, self.num_items))
+        positions = torch.arange(self.max_len - length, self.max_len, device=history.device)
+        x = self.item_embedding(ids) + self.position_embedding(positions)[None]
+        x = self.input_dropout(x) * real[..., None]
+        causal = torch.ones(length, length, dtype=torch.bool, device=history.device).tril()
+        eye = torch.eye(length, dtype=torch.bool, device=history.device)
+        # query t attends to real keys <= t; a padded query attends to itself only (its
+        # state is discarded), so no row of the attention is empty
+        allowed = (causal[None] & real[:, None, :]) | eye[None]  # (B, L, L)
+        allowed = allowed[:, None]  # one mask for every head
+        for block in self.blocks:
+            x = block(x, allowed)
+        return self.final_norm(x) * real[..., None]
+
+    def user_states(self, history: torch.Tensor) -> torch.Tensor:
+        """``(B, d)`` state after the last column (the most recent item): the query."""
+        return self(history)[:, -1]
+
+    def item_embeddings(self) -> torch.Tensor:
+        """``(|V|, d)`` the tied output classes ``E`` (the padding row left out)."""
+        return self.item_embedding.weight[: self.num_items]
