@@ -17,6 +17,9 @@ Benchmarks (the book's "Benchmarks" appendix explains each one):
                step time, a 65,536-entry queue vs in-batch, 2 gloo ranks vs 1;
 ``mining``     faiss HNSW / IVF / IndexFlatIP vs exact ``torch.topk`` for top-100 mining:
                queries/s, recall@100, index build time and memory (--quick: 10^5);
+``chunked``    the exact softmax in chunks (chapter 10) against the full logits, torch's
+               ``F.linear_cross_entropy`` and sampled softmax: time and own peak memory
+               against N and |V|;
 ``book``       execution time of every chapter (skipped by ``--quick`` unless named in
                ``--only``).
 
@@ -62,6 +65,7 @@ BENCHMARKS = (
     "floor",
     "negatives",
     "mining",
+    "chunked",
     "book",
 )
 
@@ -128,6 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
     from benchmarks import (
         book,
         catalogue,
+        chunked,
         floor,
         mining,
         negatives,
@@ -167,6 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
         "floor": floor,
         "negatives": negatives,
         "mining": mining,
+        "chunked": chunked,
         "book": book,
     }
     # a run of a subset (--only) keeps the other benchmarks' entries of an earlier run

@@ -318,3 +318,51 @@ def test_floor_profile_table_lists_operators():
     assert 0 < len(table) <= 5
     assert all({"op", "floor_s", "package_s", "diff_s"} <= set(r) for r in table)
     assert floor.profile_markdown(table).startswith("| operator")
+
+
+def test_chunked_ratios_and_targets_from_rows():
+    from benchmarks import chunked
+
+    def arm(seconds, peak):
+        return {"times_s": seconds, "median_s": sorted(seconds)[1], "own_peak_bytes": peak}
+
+    sizes = [
+        {
+            "n": 1024,
+            "num_classes": 10**5,
+            "arms": {
+                chunked.NAIVE: arm([2.0, 2.0, 4.0], 1.2e9),
+                chunked.CHUNKED: arm([1.0, 1.0, 1.0], 3e7),
+                chunked.TORCH_BEST: arm([1.0, 0.5, 1.0], 1e7),
+                chunked.SAMPLED: arm([0.1, 0.1, 0.1], 1e6),
+            },
+            "skipped": {},
+        }
+    ]
+    ratios = chunked.headline(sizes)
+    assert ratios["chunked_vs_naive_full_softmax_peak_memory@1e5,N=1024"] == pytest.approx(40.0)
+    assert ratios["chunked_vs_naive_full_softmax_time@1e5,N=1024"] == pytest.approx(0.5)
+    assert ratios["chunked_vs_torch_linear_cross_entropy_time@1e5,N=1024"] == pytest.approx(1.0)
+    assert ratios["chunked_vs_sampled_softmax_time@1e5,N=1024"] == pytest.approx(10.0)
+    checks = chunked.targets(sizes, ratios)
+    assert [c["met"] for c in checks] == [True, True, True]
+
+
+def test_chunked_smoke_run_writes_json_markdown_and_every_arm(tmp_path):
+    from benchmarks import chunked
+
+    result = chunked.run(tmp_path, quick=True, smoke=True)
+    assert (tmp_path / "chunked.json").exists() and (tmp_path / "chunked.md").exists()
+    (size,) = result["sizes"]
+    expected = {chunked.NAIVE, chunked.CHUNKED, chunked.VOCAB, chunked.ROWS, chunked.SAMPLED}
+    if chunked.has_linear_cross_entropy():
+        expected |= {chunked.TORCH_DEFAULT, chunked.TORCH_BEST}
+    assert expected <= set(size["arms"])
+    for a in size["arms"].values():
+        assert a["median_s"] > 0
+    assert any(k.startswith("chunked_vs_naive_full_softmax_time@") for k in result["ratios"])
+    # a budget too small for anything: every arm skipped with its reason, nothing run
+    tiny = chunked.measure_size(
+        64, 500, repeats=1, device=torch.device("cpu"), budget=1.0, per_logit={}
+    )
+    assert tiny["arms"] == {} and all("memory budget" in why for why in tiny["skipped"].values())
