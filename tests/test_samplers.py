@@ -23,12 +23,12 @@ EXCLUDE = [0]
 COUNTS = (torch.arange(1, V + 1, dtype=torch.float64) ** -1.1) * 1e4  # Zipfian counts
 
 
-def make(name: str, num_classes: int = V, exclude=EXCLUDE):
+def make(name: str, num_items: int = V, exclude=EXCLUDE):
     if name == "uniform":
-        return UniformSampler(num_classes, exclude=exclude)
+        return UniformSampler(num_items, exclude=exclude)
     if name == "log_uniform":
-        return LogUniformSampler(num_classes, exclude=exclude)
-    counts = (torch.arange(1, num_classes + 1, dtype=torch.float64) ** -1.1) * 1e4
+        return LogUniformSampler(num_items, exclude=exclude)
+    counts = (torch.arange(1, num_items + 1, dtype=torch.float64) ** -1.1) * 1e4
     return UnigramSampler(counts, distortion=0.75, exclude=exclude)
 
 
@@ -134,7 +134,7 @@ def test_same_seed_same_draw(name):
 
 @pytest.mark.parametrize("name", SAMPLERS)
 def test_unique_with_k_equal_to_allowed_classes_takes_every_class(name):
-    s = make(name, num_classes=12)
+    s = make(name, num_items=12)
     d = s.sample(11, unique=True, generator=torch.Generator().manual_seed(0))
     assert sorted(d.ids.tolist()) == list(range(1, 12))
 
@@ -262,7 +262,7 @@ def test_expected_count_unique_matches_inclusion_frequency(name):
 
 def test_unique_expected_count_understates_when_k_is_all_classes():
     # the documented limit of 1 - (1 - p)^tries: with k = |V| every id is included
-    s = make("log_uniform", num_classes=10)
+    s = make("log_uniform", num_items=10)
     d = s.sample(9, unique=True, generator=torch.Generator().manual_seed(0))
     e = d.log_q.exp()
     assert bool((e <= 1).all()) and float(e.min()) < 1
@@ -285,9 +285,9 @@ def test_bad_num_samples(name):
 
 
 def test_bad_constructor_arguments():
-    with pytest.raises(ValueError, match="num_classes"):
+    with pytest.raises(ValueError, match="num_items"):
         UniformSampler(0)
-    with pytest.raises(ValueError, match="num_classes"):
+    with pytest.raises(ValueError, match="num_items"):
         LogUniformSampler(-5)
     with pytest.raises(ValueError, match="exclude"):
         UniformSampler(5, exclude=[5])
@@ -376,3 +376,33 @@ def test_alias_table_property_weights_over_many_orders_of_magnitude(log_weights,
     ref = w / w.sum()
     assert bool(((p - ref).abs() <= 1e-7 / n + 1e-7 * ref).all())
     assert bool((p[ref == 0] == 0).all())
+
+
+def test_a_draw_knows_the_positive_ids_it_was_made_for():
+    sampler = UniformSampler(20)
+    ids = torch.tensor([3, 4, 5])
+    draw = sampler.sample(4, generator=torch.Generator().manual_seed(0), positive_ids=ids)
+    assert torch.equal(draw.positive_ids, ids)
+    draw.check_positive_ids(ids.clone())  # the same batch: fine
+    with pytest.raises(ValueError, match="draw was made for other positive_ids"):
+        draw.check_positive_ids(torch.tensor([3, 4, 6]))
+    with pytest.raises(ValueError, match=r"draw was made for positive_ids of shape \(3,\)"):
+        draw.check_positive_ids(torch.tensor([[3, 4, 5]]))
+    with pytest.raises(ValueError, match="draw was made without positive_ids"):
+        sampler.sample(4).check_positive_ids(ids)
+    import candidate_sampling as cs
+
+    with cs.validate_args(False):  # values unchecked; the shape still is
+        draw.check_positive_ids(torch.tensor([3, 4, 6]))
+
+
+def test_sampler_value_checks_obey_the_switch():
+    import candidate_sampling as cs
+
+    with pytest.raises(ValueError, match="counts must be finite"):
+        UnigramSampler(torch.tensor([1.0, float("nan")]))
+    with pytest.raises(ValueError, match="weights must be >= 0"):
+        build_alias_table(torch.tensor([1.0, -1.0]))
+    with cs.validate_args(False):
+        UnigramSampler(torch.tensor([1.0, 2.0, 0.5]))  # no value check, no sync
+        build_alias_table(torch.tensor([1.0, 2.0]))

@@ -87,9 +87,9 @@ def test_log_probs_normalised_and_finite():
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda: zipf_probabilities(0), "num_classes"),
+        (lambda: zipf_probabilities(0), "num_items"),
         (lambda: zipf_probabilities(5, exponent=0), "exponent"),
-        (lambda: make_softmax_problem(1), "num_classes"),
+        (lambda: make_softmax_problem(1), "num_items"),
         (lambda: make_softmax_problem(10, dim=0), "dim"),
         (lambda: make_softmax_problem(10, separation=-1.0), "separation"),
         (lambda: make_context_problem(10, num_contexts=0), "num_contexts"),

@@ -117,15 +117,15 @@ def check_same(what: str, **sizes: int) -> None:
         raise ValueError(f"{what} must agree, got {listed}")
 
 
-def check_ids(name: str, ids: torch.Tensor, num_classes: int) -> torch.Tensor:
-    """Integer ids must lie in ``[0, num_classes)`` (the range is a value check)."""
+def check_ids(name: str, ids: torch.Tensor, num_items: int) -> torch.Tensor:
+    """Integer ids must lie in ``[0, num_items)`` (the range is a value check)."""
     if not isinstance(ids, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor of ids, got {type(ids).__name__}")
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise ValueError(f"{name} must be an integer tensor of ids, got {ids.dtype}")
-    if _VALIDATE and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_classes):
+    if _VALIDATE and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_items):
         raise ValueError(
-            f"{name} must lie in [0, {num_classes}), got values in "
+            f"{name} must lie in [0, {num_items}), got values in "
             f"[{int(ids.min())}, {int(ids.max())}]"
         )
     return ids

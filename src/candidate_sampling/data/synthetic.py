@@ -54,16 +54,16 @@ _PLANTED_CHUNK_ELEMENTS = 1 << 23
 
 
 def zipf_probabilities(
-    num_classes: int,
+    num_items: int,
     exponent: float = 1.0,
     *,
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """Zipf law over ranks: ``p_r ∝ 1 / (r + 1)^exponent`` for r = 0 … |V|−1; shape (|V|,)."""
-    check_int_range("num_classes", num_classes, 1)
+    check_int_range("num_items", num_items, 1)
     check_positive("exponent", exponent)
-    ranks = torch.arange(1, num_classes + 1, device=device, dtype=torch.float64)
+    ranks = torch.arange(1, num_items + 1, device=device, dtype=torch.float64)
     return torch.softmax(-exponent * torch.log(ranks), dim=0).to(dtype)
 
 
@@ -95,7 +95,7 @@ class SyntheticSoftmax:
     contexts: torch.Tensor | None = None
 
     @property
-    def num_classes(self) -> int:
+    def num_items(self) -> int:
         return self.weights.shape[0]
 
     @property
@@ -137,14 +137,14 @@ class SyntheticSoftmax:
         flat = torch.multinomial(
             joint.flatten(), num_examples, replacement=True, generator=generator
         )
-        context_ids, y = flat // self.num_classes, flat % self.num_classes
+        context_ids, y = flat // self.num_items, flat % self.num_items
         return SyntheticBatch(
             query=self.contexts[context_ids], positive_ids=y, context_ids=context_ids
         )
 
 
 def make_softmax_problem(
-    num_classes: int,
+    num_items: int,
     dim: int = 16,
     *,
     zipf_exponent: float = 1.0,
@@ -158,12 +158,12 @@ def make_softmax_problem(
     Larger ``separation`` makes classes easier to tell apart. Parameters are drawn on the
     CPU from ``seed`` and moved to ``device``, so a seed gives the same problem everywhere.
     """
-    check_int_range("num_classes", num_classes, 2)
+    check_int_range("num_items", num_items, 2)
     check_int_range("dim", dim, 1)
     check_positive("separation", separation)
     gen = torch.Generator().manual_seed(seed)
-    means = separation * torch.randn(num_classes, dim, generator=gen, dtype=torch.float64)
-    prior = zipf_probabilities(num_classes, zipf_exponent, dtype=torch.float64)
+    means = separation * torch.randn(num_items, dim, generator=gen, dtype=torch.float64)
+    prior = zipf_probabilities(num_items, zipf_exponent, dtype=torch.float64)
     bias = torch.log(prior) - 0.5 * (means**2).sum(dim=1)
     return SyntheticSoftmax(
         weights=means.float().to(device),
@@ -173,7 +173,7 @@ def make_softmax_problem(
 
 
 def make_context_problem(
-    num_classes: int,
+    num_items: int,
     num_contexts: int,
     dim: int = 16,
     *,
@@ -187,14 +187,14 @@ def make_context_problem(
     ``b`` is the log of a Zipf law and W has N(0, signal²) entries, so every context prefers
     the frequent classes and ``signal`` sets how much contexts differ from one another.
     """
-    check_int_range("num_classes", num_classes, 2)
+    check_int_range("num_items", num_items, 2)
     check_int_range("num_contexts", num_contexts, 1)
     check_int_range("dim", dim, 1)
     check_positive("signal", signal)
     gen = torch.Generator().manual_seed(seed)
-    weights = signal * torch.randn(num_classes, dim, generator=gen)
+    weights = signal * torch.randn(num_items, dim, generator=gen)
     contexts = torch.randn(num_contexts, dim, generator=gen) / dim**0.5
-    prior = zipf_probabilities(num_classes, zipf_exponent)
+    prior = zipf_probabilities(num_items, zipf_exponent)
     return SyntheticSoftmax(
         weights=weights.to(device),
         bias=torch.log(prior).to(device),

@@ -1,7 +1,7 @@
 """Candidate samplers: uniform, log-uniform (Zipfian) and unigram, with expected counts.
 
 Every sampler draws ids from a fixed proposal distribution ``p`` over the catalogue
-``[0, num_classes)`` and reports, for any id, the **log expected count** of that id in the
+``[0, num_items)`` and reports, for any id, the **log expected count** of that id in the
 sampled set (TensorFlow's semantics, chapter 4):
 
 * with replacement, ``k`` independent draws: ``E(y) = k · p(y)``;
@@ -53,8 +53,8 @@ from dataclasses import dataclass
 
 import torch
 
-from candidate_sampling._validate import check_ids, check_int_range
-from candidate_sampling.sampling.frequency import log_expected_count
+from candidate_sampling._validate import check_ids, check_int_range, get_validate_args
+from candidate_sampling.sampling.frequency import _log_expected_count
 
 __all__ = [
     "CandidateDraw",
@@ -88,7 +88,9 @@ class CandidateDraw:
     of the batch's positive ids under the same draw (TF's ``true_expected_count``), of
     ``positive_ids``' shape, or ``None`` when the draw was made without ``positive_ids``;
     ``num_tries``: raw draws made (``== k`` with replacement); ``unique``: whether the ids
-    are distinct. Losses read these fields and never call back into the sampler.
+    are distinct; ``positive_ids``: the ids ``positive_log_q`` belongs to (None without).
+    Losses read these fields and never call back into the sampler;
+    :meth:`check_positive_ids` is the one check that a draw belongs to a batch.
     """
 
     ids: torch.Tensor
@@ -96,6 +98,33 @@ class CandidateDraw:
     num_tries: int
     unique: bool
     positive_log_q: torch.Tensor | None = None
+    positive_ids: torch.Tensor | None = None
+
+    def check_positive_ids(self, positive_ids: torch.Tensor) -> None:
+        """Raise unless this draw was made with ``sample(..., positive_ids=positive_ids)``.
+
+        The shape is always checked; the ids themselves (a value check) while
+        :func:`candidate_sampling.get_validate_args` is on: a draw made for another batch
+        would give the positives another batch's ``true_expected_count``.
+        """
+        if self.positive_ids is None:
+            raise ValueError(
+                "draw was made without positive_ids (draw.positive_log_q is None): "
+                "sample with positive_ids=... to correct the positives"
+            )
+        if not isinstance(positive_ids, torch.Tensor) or positive_ids.shape != self.positive_ids.shape:
+            got = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
+            raise ValueError(
+                f"draw was made for positive_ids of shape {tuple(self.positive_ids.shape)}, "
+                f"got positive_ids of shape {got}"
+            )
+        if get_validate_args() and not torch.equal(
+            self.positive_ids, positive_ids.to(self.positive_ids.device)
+        ):
+            raise ValueError(
+                "draw was made for other positive_ids: sample with this batch's "
+                "positive_ids=... (its positive_log_q belongs to those ids)"
+            )
 
     @property
     def num_samples(self) -> int:
@@ -103,7 +132,7 @@ class CandidateDraw:
         return int(self.ids.numel())
 
 
-def _as_exclude(exclude: Iterable[int] | torch.Tensor | None, num_classes: int) -> torch.Tensor:
+def _as_exclude(exclude: Iterable[int] | torch.Tensor | None, num_items: int) -> torch.Tensor:
     """Sorted unique excluded ids as a CPU int64 tensor (validated)."""
     if exclude is None:
         return torch.empty(0, dtype=torch.long)
@@ -113,15 +142,15 @@ def _as_exclude(exclude: Iterable[int] | torch.Tensor | None, num_classes: int) 
     ex = ex.reshape(-1)
     if ex.numel() == 0:
         return torch.empty(0, dtype=torch.long)
-    check_ids("exclude", ex, num_classes)
+    check_ids("exclude", ex, num_items)
     ex = torch.unique(ex.to(device="cpu", dtype=torch.long))
-    if ex.numel() >= num_classes:
-        raise ValueError(f"exclude must leave at least one id, got all {num_classes} excluded")
+    if ex.numel() >= num_items:
+        raise ValueError(f"exclude must leave at least one id, got all {num_items} excluded")
     return ex
 
 
 class CandidateSampler:
-    """Base class: a fixed proposal over ``[0, num_classes)`` that draws candidate sets.
+    """Base class: a fixed proposal over ``[0, num_items)`` that draws candidate sets.
 
     Subclasses implement :meth:`_draw` (``m`` i.i.d. ids from the renormalised proposal)
     and :meth:`_probs_of` (per-draw probability of given ids).
@@ -129,15 +158,15 @@ class CandidateSampler:
 
     def __init__(
         self,
-        num_classes: int,
+        num_items: int,
         device: torch.device | str | None = None,
         exclude: Iterable[int] | torch.Tensor | None = None,
     ) -> None:
-        check_int_range("num_classes", num_classes, 1)
-        self.num_classes = num_classes
+        check_int_range("num_items", num_items, 1)
+        self.num_items = num_items
         self.device = torch.device(device) if device is not None else torch.device("cpu")
-        self.exclude = _as_exclude(exclude, num_classes).to(self.device)
-        self.num_allowed = num_classes - int(self.exclude.numel())
+        self.exclude = _as_exclude(exclude, num_items).to(self.device)
+        self.num_allowed = num_items - int(self.exclude.numel())
         self._probs: torch.Tensor | None = None
 
     # -- to be provided by subclasses -------------------------------------------------
@@ -152,13 +181,13 @@ class CandidateSampler:
     def probs(self) -> torch.Tensor:
         """(|V|,) float32 per-draw probability (0 for excluded ids), sums to 1."""
         if self._probs is None:
-            ids = torch.arange(self.num_classes, device=self.device)
+            ids = torch.arange(self.num_items, device=self.device)
             self._probs = self._probs_of(ids).float()
         return self._probs
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(num_classes={self.num_classes}, device={self.device}, "
+            f"{type(self).__name__}(num_items={self.num_items}, device={self.device}, "
             f"excluded={int(self.exclude.numel())})"
         )
 
@@ -197,27 +226,27 @@ class CandidateSampler:
         if unique:
             if num_samples > self.num_allowed:
                 raise ValueError(
-                    f"num_samples must be <= the number of drawable classes "
+                    f"num_samples must be <= the number of drawable items "
                     f"({self.num_allowed}) when unique=True, got {num_samples}"
                 )
             ids, tries = self._sample_unique(num_samples, generator)
         else:
             ids, tries = self._draw(num_samples, generator), num_samples
-        log_q = log_expected_count(
-            self._probs_of(ids), num_samples=num_samples, num_tries=tries, unique=unique
-        )
-        draw = CandidateDraw(ids=ids, log_q=log_q, num_tries=tries, unique=unique)
+        log_q = _log_expected_count(self._probs_of(ids), num_samples, tries, unique)
+        positive_log_q = None
         if positive_ids is not None:
-            check_ids("positive_ids", positive_ids, self.num_classes)
-            positive_log_q = self.log_q(positive_ids, draw)
-            draw = CandidateDraw(
-                ids=ids,
-                log_q=log_q,
-                num_tries=tries,
-                unique=unique,
-                positive_log_q=positive_log_q.to(positive_ids.device),
-            )
-        return draw
+            check_ids("positive_ids", positive_ids, self.num_items)
+            p = self._probs_of(positive_ids.to(self.device).long())
+            positive_log_q = _log_expected_count(p, num_samples, tries, unique)
+            positive_log_q = positive_log_q.to(positive_ids.device)
+        return CandidateDraw(
+            ids=ids,
+            log_q=log_q,
+            num_tries=tries,
+            unique=unique,
+            positive_log_q=positive_log_q,
+            positive_ids=positive_ids,
+        )
 
     def log_q(self, ids: torch.Tensor, draw: CandidateDraw) -> torch.Tensor:
         """Log expected count of ``ids`` (any shape, true or sampled) under ``draw``.
@@ -225,13 +254,11 @@ class CandidateSampler:
         With replacement ``log(k · p)``; unique ``log(1 − (1 − p)^num_tries)``.
         Returns float32 of ``ids``' shape on the sampler's device; ``-inf`` for excluded ids.
         """
-        check_ids("ids", ids, self.num_classes)
+        check_ids("ids", ids, self.num_items)
         if not isinstance(draw, CandidateDraw):
             raise ValueError(f"draw must be a CandidateDraw, got {type(draw).__name__}")
         p = self._probs_of(ids.to(self.device).long())
-        return log_expected_count(
-            p, num_samples=draw.num_samples, num_tries=draw.num_tries, unique=draw.unique
-        )
+        return _log_expected_count(p, draw.num_samples, draw.num_tries, draw.unique)
 
     # -- unique sampling in vectorised rounds -------------------------------------------
     def _sample_unique(self, k: int, generator: torch.Generator | None) -> tuple[torch.Tensor, int]:
@@ -282,11 +309,11 @@ class UniformSampler(CandidateSampler):
 
     def __init__(
         self,
-        num_classes: int,
+        num_items: int,
         device: torch.device | str | None = None,
         exclude: Iterable[int] | torch.Tensor | None = None,
     ) -> None:
-        super().__init__(num_classes, device, exclude)
+        super().__init__(num_items, device, exclude)
         # rank r among allowed ids → id r + #{excluded e : e − (its index) ≤ r}
         self._shifted_exclude = self.exclude - torch.arange(
             self.exclude.numel(), device=self.device
@@ -337,12 +364,12 @@ class LogUniformSampler(CandidateSampler):
 
     def __init__(
         self,
-        num_classes: int,
+        num_items: int,
         device: torch.device | str | None = None,
         exclude: Iterable[int] | torch.Tensor | None = None,
     ) -> None:
-        super().__init__(num_classes, device, exclude)
-        self._log_range = math.log(num_classes + 1.0)
+        super().__init__(num_items, device, exclude)
+        self._log_range = math.log(num_items + 1.0)
         if self.exclude.numel():
             excluded_mass = float(self._raw_probs(self.exclude.cpu().to(torch.float64)).sum())
         else:
@@ -367,7 +394,7 @@ class LogUniformSampler(CandidateSampler):
             cpu = torch.Generator().manual_seed(seed)
             u = torch.rand(m, dtype=torch.float64, generator=cpu)
             ids = (torch.floor(torch.exp(u * self._log_range)).long() - 1).to(self.device)
-        return ids.clamp_(0, self.num_classes - 1)
+        return ids.clamp_(0, self.num_items - 1)
 
     def _draw(self, m: int, generator: torch.Generator | None) -> torch.Tensor:
         if self.exclude.numel() == 0:
@@ -411,12 +438,13 @@ def build_alias_table(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     device = weights.device
     work_device = device if _supports_float64(device) else torch.device("cpu")
     w = weights.to(device=work_device, dtype=torch.float64)
-    if not bool(torch.isfinite(w).all()):
-        raise ValueError("weights must be finite, got NaN or infinite entries")
-    if bool((w < 0).any()):
-        raise ValueError(f"weights must be >= 0, got minimum {float(w.min())}")
-    if float(w.sum()) <= 0:
-        raise ValueError("weights must not all be zero")
+    if get_validate_args():  # value checks (the switch of candidate_sampling)
+        if not bool(torch.isfinite(w).all()):
+            raise ValueError("weights must be finite, got NaN or infinite entries")
+        if bool((w < 0).any()):
+            raise ValueError(f"weights must be >= 0, got minimum {float(w.min())}")
+        if float(w.sum()) <= 0:
+            raise ValueError("weights must not all be zero")
     n = w.numel()
     w = w * (n / w.sum())
     # The mean is 1, so the largest weight is >= 1 mathematically; after rounding it may
@@ -467,9 +495,9 @@ class UnigramSampler(CandidateSampler):
         if counts.dtype == torch.bool or counts.is_complex():
             raise ValueError(f"counts must be a real tensor, got {counts.dtype}")
         c64 = counts.detach().to(dtype=torch.float64)
-        if not bool(torch.isfinite(c64).all()):
+        if get_validate_args() and not bool(torch.isfinite(c64).all()):
             raise ValueError("counts must be finite, got NaN or infinite entries")
-        if not bool((c64 > 0).all()):
+        if get_validate_args() and not bool((c64 > 0).all()):
             raise ValueError(
                 "counts must be > 0 (add a pseudo-count or exclude the id), "
                 f"got minimum {float(c64.min())}"
@@ -497,6 +525,6 @@ class UnigramSampler(CandidateSampler):
         return self._p[ids]
 
     def _draw(self, m: int, generator: torch.Generator | None) -> torch.Tensor:
-        bucket = torch.randint(0, self.num_classes, (m,), generator=generator, device=self.device)
+        bucket = torch.randint(0, self.num_items, (m,), generator=generator, device=self.device)
         u = torch.rand(m, generator=generator, device=self.device)
         return torch.where(u < self._threshold[bucket], bucket, self._alias[bucket])

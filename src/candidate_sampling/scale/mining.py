@@ -76,6 +76,7 @@ from candidate_sampling._validate import (
     check_int_range,
     check_same,
     check_tensor,
+    get_validate_args,
 )
 from candidate_sampling.candidates import Classes, CandidateSet
 from candidate_sampling.eval.known_pairs import KnownPairs, check_known
@@ -452,8 +453,9 @@ class HardNegativeMiner:
         """The index's (possibly stale) float32 vectors of item ``ids`` (B,) → (B, d), on CPU."""
         self._check_built()
         positions, found = self._positions_of(ids)
-        if not bool(found.all()):
-            raise ValueError("ids must all be in the index")
+        if get_validate_args() and not bool(found.all()):
+            missing = int(ids.reshape(-1).cpu()[~found.reshape(-1)][0])
+            raise ValueError(f"ids must all be in the index, got id {missing}")
         if self.kind == "torch":
             return self._items[positions.to(self._items.device)].float().cpu()
         x = self.index.reconstruct_batch(np.ascontiguousarray(positions.numpy(), dtype=np.int64))
