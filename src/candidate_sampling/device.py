@@ -18,8 +18,8 @@ import torch
 
 DEVICE_ENV_VAR = "CANDIDATE_SAMPLING_DEVICE"
 SEED_ENV_VAR = "CANDIDATE_SAMPLING_SEED"
-#: Distance between the seeds of two book runs: ``book_seed(s)`` under offset ``o`` is
-#: ``s + SEED_STRIDE * o``, so the streams of different offsets never share a seed as long
+#: The distance between the seeds of two book runs. ``book_seed(s)`` under offset ``o``
+#: is ``s + SEED_STRIDE * o``, so the streams of different offsets never share a seed as long
 #: as a chapter uses seeds below the stride.
 SEED_STRIDE = 1_000_003
 
