@@ -162,7 +162,8 @@ def test_bad_inputs_fail_fast():
     with pytest.raises(ValueError, match="known must be a KnownPairs"):
         interaction_matrix((torch.tensor([0]), torch.tensor([5])))
     with pytest.raises(ValueError, match="num_users must be >= 3"):
-        interaction_matrix(KnownPairs(torch.tensor([2]), torch.tensor([1]), num_items=5), num_users=2)
+        known = KnownPairs(torch.tensor([2]), torch.tensor([1]), num_items=5)
+        interaction_matrix(known, num_users=2)
 
 
 def test_ranks_among_candidates_match_loop():

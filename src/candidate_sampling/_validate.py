@@ -117,6 +117,19 @@ def check_same(what: str, **sizes: int) -> None:
         raise ValueError(f"{what} must agree, got {listed}")
 
 
+def check_parallel(what: str, *, allow_empty: bool = False, **ids: torch.Tensor) -> int:
+    """Parallel integer columns: each tensor of ``ids`` is (n,), all with the same n.
+
+    ``what`` names n in the error (``"number of interactions n"``); e.g.
+    ``check_parallel("number of pairs n", user_index=u, item_ids=i)``. Returns n. Shape
+    and dtype only (no values): a pair of arrays never broadcasts against another.
+    """
+    for name, tensor in ids.items():
+        check_tensor(name, tensor, ("n",), floating=False, allow_empty=allow_empty)
+    check_same(what, **{name: tensor.shape[0] for name, tensor in ids.items()})
+    return next(iter(ids.values())).shape[0]
+
+
 def check_ids(name: str, ids: torch.Tensor, num_items: int) -> torch.Tensor:
     """Integer ids must lie in ``[0, num_items)`` (the range is a value check)."""
     if not isinstance(ids, torch.Tensor):

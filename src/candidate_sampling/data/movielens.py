@@ -66,7 +66,7 @@ import pandas as pd
 import pooch
 import torch
 
-from candidate_sampling._validate import check_int_range, check_same, check_tensor
+from candidate_sampling._validate import check_int_range, check_parallel
 
 __all__ = [
     "DATA_ENV_VAR",
@@ -516,14 +516,8 @@ def history_windows(
     ignores). No window reaches into another user's events or starts at a negative index
     (the source post's slice did both).
     """
-    check_tensor("user_index", user_index, ("n",), floating=False)
-    check_tensor("item_index", item_index, ("n",), floating=False)
-    check_tensor("position", position, ("n",), floating=False)
-    check_same(
-        "number of events n",
-        user_index=user_index.shape[0],
-        item_index=item_index.shape[0],
-        position=position.shape[0],
+    check_parallel(
+        "number of events n", user_index=user_index, item_index=item_index, position=position
     )
     check_int_range("length", length, 1)
     n = item_index.shape[0]

@@ -216,5 +216,6 @@ def top_k_from_scores(
     ranked = scores
     with torch.no_grad():
         if known is not None:
-            ranked = known.fill_(scores.clone(), torch.arange(scores.shape[0], device=scores.device))
+            users = torch.arange(scores.shape[0], device=scores.device)
+            ranked = known.fill_(scores.clone(), users)
         return torch.topk(ranked, k, dim=1).indices

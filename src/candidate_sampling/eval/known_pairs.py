@@ -31,7 +31,7 @@ import torch
 from candidate_sampling._validate import (
     check_ids,
     check_int_range,
-    check_same,
+    check_parallel,
     check_tensor,
     get_validate_args,
 )
@@ -57,10 +57,8 @@ class KnownPairs:
         num_items: int,
         dense_limit: int = 2**26,
     ) -> None:
-        check_tensor("user_index", user_index, ("n",), floating=False, allow_empty=True)
-        check_tensor("item_ids", item_ids, ("n",), floating=False, allow_empty=True)
-        check_same(
-            "number of pairs n", user_index=user_index.shape[0], item_ids=item_ids.shape[0]
+        check_parallel(
+            "number of pairs n", allow_empty=True, user_index=user_index, item_ids=item_ids
         )
         check_int_range("num_items", num_items, 1)
         check_int_range("dense_limit", dense_limit, 0)
@@ -167,7 +165,9 @@ class KnownPairs:
 
     def contains(self, user_index: torch.Tensor, item_ids: torch.Tensor) -> torch.Tensor:
         """(n,) bool: whether each pair ``(user_index[i], item_ids[i])`` is known."""
-        check_tensor("item_ids", item_ids, ("n",), floating=False, allow_empty=True)
+        check_parallel(
+            "number of pairs n", allow_empty=True, user_index=user_index, item_ids=item_ids
+        )
         return self.mask(user_index, item_ids[:, None])[:, 0]
 
     def fill_(

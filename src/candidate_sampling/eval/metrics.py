@@ -46,6 +46,7 @@ from candidate_sampling._validate import (
     check_finite,
     check_ids,
     check_int_range,
+    check_parallel,
     check_same,
     check_tensor,
     get_validate_args,
@@ -102,17 +103,23 @@ def _check_embeddings_and_pairs(
 
 
 def check_pairs(
-    user_index: torch.Tensor, positive_ids: torch.Tensor, *, num_users: int, num_items: int
+    user_index: torch.Tensor,
+    positive_ids: torch.Tensor,
+    *,
+    num_users: int | None,
+    num_items: int,
+    **more: torch.Tensor,
 ) -> None:
-    """Test pairs: ``user_index`` and ``positive_ids`` (n,) ids in ``[0, U)`` and ``[0, |V|)``."""
-    check_tensor("user_index", user_index, ("n",), floating=False)
-    check_tensor("positive_ids", positive_ids, ("n",), floating=False)
-    check_same(
-        "number of interactions n",
-        user_index=user_index.shape[0],
-        positive_ids=positive_ids.shape[0],
+    """Test pairs: ``user_index`` and ``positive_ids`` (n,) ids in ``[0, U)`` and ``[0, |V|)``.
+
+    ``num_users=None`` skips the user range; ``more``: other (n,) columns of the same pairs
+    (e.g. their ``ranks``).
+    """
+    check_parallel(
+        "number of interactions n", user_index=user_index, positive_ids=positive_ids, **more
     )
-    check_ids("user_index", user_index, num_users)
+    if num_users is not None:
+        check_ids("user_index", user_index, num_users)
     check_ids("positive_ids", positive_ids, num_items)
 
 
@@ -196,9 +203,7 @@ def metrics_from_ranks(
 ) -> dict[str, float]:
     """``hit_rate@K``, ``recall@K`` (per-user average) and ``ndcg@K`` from 0-based ranks."""
     users = user_index
-    check_tensor("ranks", ranks, ("n",), floating=False)
-    check_tensor("user_index", users, ("n",), floating=False)
-    check_same("number of interactions n", ranks=ranks.shape[0], user_index=users.shape[0])
+    check_parallel("number of interactions n", ranks=ranks, user_index=users)
     for k in ks:
         check_int_range("k", k, 1)
     if get_validate_args() and bool((ranks < 0).any()):
@@ -421,17 +426,10 @@ def stratified_metrics(
     The strata partition the test set, so ``Σ_g share_g · hit_rate_g`` is the overall
     ``hit_rate`` (likewise ``ndcg``; ``recall`` is a per-user average and does not add up).
     """
-    check_tensor("ranks", ranks, ("n",), floating=False)
-    check_tensor("user_index", user_index, ("n",), floating=False)
-    check_tensor("positive_ids", positive_ids, ("n",), floating=False)
-    check_same(
-        "number of interactions n",
-        ranks=ranks.shape[0],
-        user_index=user_index.shape[0],
-        positive_ids=positive_ids.shape[0],
-    )
     num_strata = _check_strata(item_strata)
-    check_ids("positive_ids", positive_ids, item_strata.shape[0])
+    check_pairs(
+        user_index, positive_ids, num_users=None, num_items=item_strata.shape[0], ranks=ranks
+    )
     group = item_strata[positive_ids.to(item_strata.device)].to(ranks.device)
     user_index = user_index.to(ranks.device)
     rows = []

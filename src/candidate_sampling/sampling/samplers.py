@@ -112,8 +112,8 @@ class CandidateDraw:
                 "draw was made without positive_ids (draw.positive_log_q is None): "
                 "sample with positive_ids=... to correct the positives"
             )
-        if not isinstance(positive_ids, torch.Tensor) or positive_ids.shape != self.positive_ids.shape:
-            got = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
+        got = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
+        if got != tuple(self.positive_ids.shape):
             raise ValueError(
                 f"draw was made for positive_ids of shape {tuple(self.positive_ids.shape)}, "
                 f"got positive_ids of shape {got}"
@@ -153,7 +153,8 @@ class CandidateSampler:
     """Base class: a fixed proposal over ``[0, num_items)`` that draws candidate sets.
 
     Subclasses implement :meth:`_draw` (``m`` i.i.d. ids from the renormalised proposal)
-    and :meth:`_probs_of` (per-draw probability of given ids).
+    and :meth:`_probs_of` (per-draw probability of given ids), and set up their own state
+    in :meth:`_prepare` (called at the end of ``__init__``).
     """
 
     def __init__(
@@ -168,8 +169,11 @@ class CandidateSampler:
         self.exclude = _as_exclude(exclude, num_items).to(self.device)
         self.num_allowed = num_items - int(self.exclude.numel())
         self._probs: torch.Tensor | None = None
+        self._prepare()
 
     # -- to be provided by subclasses -------------------------------------------------
+    def _prepare(self) -> None:
+        """A subclass's own state, built once the base attributes exist."""
     def _draw(self, m: int, generator: torch.Generator | None) -> torch.Tensor:
         raise NotImplementedError
 
@@ -307,13 +311,7 @@ def _new_ids_mask(draws: torch.Tensor, seen: torch.Tensor) -> torch.Tensor:
 class UniformSampler(CandidateSampler):
     """Uniform proposal: ``p(y) = 1 / (|V| − |excluded|)`` for every allowed id (chapters 2–4)."""
 
-    def __init__(
-        self,
-        num_items: int,
-        device: torch.device | str | None = None,
-        exclude: Iterable[int] | torch.Tensor | None = None,
-    ) -> None:
-        super().__init__(num_items, device, exclude)
+    def _prepare(self) -> None:
         # rank r among allowed ids → id r + #{excluded e : e − (its index) ≤ r}
         self._shifted_exclude = self.exclude - torch.arange(
             self.exclude.numel(), device=self.device
@@ -362,14 +360,8 @@ class LogUniformSampler(CandidateSampler):
     proposal exactly. Chapter 3 introduces it as NCE's noise distribution.
     """
 
-    def __init__(
-        self,
-        num_items: int,
-        device: torch.device | str | None = None,
-        exclude: Iterable[int] | torch.Tensor | None = None,
-    ) -> None:
-        super().__init__(num_items, device, exclude)
-        self._log_range = math.log(num_items + 1.0)
+    def _prepare(self) -> None:
+        self._log_range = math.log(self.num_items + 1.0)
         if self.exclude.numel():
             excluded_mass = float(self._raw_probs(self.exclude.cpu().to(torch.float64)).sum())
         else:
@@ -514,7 +506,7 @@ class UnigramSampler(CandidateSampler):
         if self.exclude.numel():
             weights[self.exclude.to(weights.device)] = 0.0
         total = weights.sum()
-        if not bool(torch.isfinite(total)) or float(total) <= 0:
+        if get_validate_args() and (not bool(torch.isfinite(total)) or float(total) <= 0):
             raise ValueError("counts ** distortion must have a finite positive sum")
         self._p = (weights / total).to(device=self.device, dtype=_work_dtype(self.device))
         self._threshold, self._alias = build_alias_table(weights)

@@ -17,7 +17,7 @@ rows of activations. Three things must be right, and each is a known bug elsewhe
    W−1, 0, …, r−1``), so the package's in-batch contract holds unchanged and
    :func:`~candidate_sampling.losses.in_batch_softmax_loss` needs no offset. The rank
    order is available too: this rank's block starts at ``offset = sum(sizes[:rank])``
-   (:func:`rank_sizes`; the global positive index of local row ``i`` is ``offset + i``). A gather that *interleaves* the ranks'
+   (:func:`rank_sizes`; the global index of local row ``i`` is ``offset + i``). A gather that *interleaves* the ranks'
    rows instead of concatenating them makes the labels point at other rows' positives;
    sentence-transformers shipped exactly that bug, and the tests include an interleaved
    gather to show that they catch it.
@@ -333,7 +333,8 @@ def _ring_shift(tensor: torch.Tensor | None, group) -> torch.Tensor | None:
         return _RingShift.apply(tensor, group)
     rank, world = rank_and_world_size(group)
     if tensor.dtype == torch.bool:  # gloo does not carry bool
-        return _exchange(tensor.to(torch.uint8), (rank + 1) % world, (rank - 1) % world, group).bool()
+        shifted = _exchange(tensor.to(torch.uint8), (rank + 1) % world, (rank - 1) % world, group)
+        return shifted.bool()
     return _exchange(tensor, (rank + 1) % world, (rank - 1) % world, group)
 
 
