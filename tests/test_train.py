@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 import torch
 
+from candidate_sampling import CandidateSet
 from candidate_sampling.sampling.frequency import item_counts, item_probabilities
 from candidate_sampling.losses import RetrievalLoss, in_batch_softmax_loss
 from candidate_sampling.eval.metrics import retrieval_metrics
@@ -32,7 +33,7 @@ def test_train_learns_a_planted_structure(sparse):
     def loss_fn(m, batch):
         user_ids, item_ids = batch
         u, v = m(item_ids, user_ids=user_ids)
-        return in_batch_softmax_loss(u, v, candidate_ids=item_ids)
+        return in_batch_softmax_loss(u, CandidateSet(v, item_ids))
 
     def evaluate(m):
         return retrieval_metrics(

@@ -298,9 +298,9 @@ class SharedHistoryTower(nn.Module):
 class TwoTowerModel(nn.Module):
     """``s(x, y) = u(x) · v(y)`` with a :class:`UserTower` and an :class:`ItemTower`.
 
-    ``forward(item_ids, *, user_ids=None, history=None)`` returns ``(u, v)``, each
+    ``forward(positive_ids, *, user_ids=None, history=None)`` returns ``(u, v)``, each
     ``(B, d)``: the query and the positives' embeddings a retrieval loss takes
-    (``in_batch_softmax_loss(u, v, candidate_ids=item_ids)``).
+    (``in_batch_softmax_loss(u, CandidateSet(v, positive_ids))``).
     """
 
     def __init__(self, user_tower: UserTower, item_tower: ItemTower) -> None:
@@ -315,12 +315,12 @@ class TwoTowerModel(nn.Module):
 
     def forward(
         self,
-        item_ids: torch.Tensor,
+        positive_ids: torch.Tensor,
         *,
         user_ids: torch.Tensor | None = None,
         history: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.user_tower(user_ids, history), self.item_tower(item_ids)
+        return self.user_tower(user_ids, history), self.item_tower(positive_ids)
 
     def score(self, query: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
         """``(B, d) × (C, d) → (B, C)`` scores ``u·v``."""
