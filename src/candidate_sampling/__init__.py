@@ -1,26 +1,24 @@
 """candidate_sampling: samplers and losses for training softmax models over huge catalogues.
 
-The package behind the book *Candidate Sampling*. Modules, one concept each:
+The package behind the book *Candidate Sampling*. One job per module or subpackage:
 
-``candidates``  CandidateSet: candidate columns (embeddings, ids, log Q, mask) that every
-                source of negatives returns and every softmax-family loss consumes
-``device``      get_device (CUDA → MPS → CPU, or $CANDIDATE_SAMPLING_DEVICE), seed_everything,
-                book_seed (every chapter's seeds, moved by $CANDIDATE_SAMPLING_SEED)
-``data``        MovieLens-100K with a cache and verified sources
-``synthetic``   Zipfian classification problems and a planted two-tower retrieval problem,
-                with known true probabilities
-``samplers``    uniform, log-uniform and unigram candidate samplers with expected counts
-``losses``      full / sampled softmax, NCE, in-batch, mixed, contrastive losses
-``frequency``   item frequency and batch-inclusion estimators (Yi et al. 2019)
-``models``      the two-tower retrieval model (id, history or shared-history user towers)
-``metrics``     Recall@K / NDCG@K over the full catalogue, sampled metrics, popularity strata
-``baselines``   most popular, item-kNN and EASE (closed form); ranks from score matrices
-``train``       a small training loop returning per-epoch metrics
-``distributed`` negatives across devices: all-gather with gradients, global ids and log Q,
-                ring sigmoid loss, a process launcher
-``gradcache``   GradCache (exact big-batch gradients in chunks), checkpointed in-batch loss
-``memory``      cross-batch memory / momentum queue with log Q, staleness, momentum encoder
-``mining``      hard-negative mining with faiss (exact / HNSW / IVF) and a refresh schedule
+* ``device`` — ``get_device`` (CUDA → MPS → CPU, or ``$CANDIDATE_SAMPLING_DEVICE``),
+  ``seed_everything``, ``book_seed`` (every chapter's seeds, moved by
+  ``$CANDIDATE_SAMPLING_SEED``), ``time_calls``.
+* ``candidates`` — ``CandidateSet``: candidate columns with their embeddings, ids, log Q
+  and mask, made by every source of negatives and consumed by every softmax-family loss.
+* ``losses`` — the logit pipeline's steps and every loss: full / sampled softmax, NCE,
+  in-batch and mixed negatives, contrastive, sigmoid, hard-negative, chunked exact softmax.
+* ``sampling`` — uniform, log-uniform and unigram samplers with expected counts; item
+  frequency and batch-inclusion estimators (Yi et al. 2019); hashing.
+* ``scale`` — negatives across devices (all-gather with gradients), GradCache, the
+  cross-batch memory / momentum queue, hard-negative mining with faiss.
+* ``eval`` — Recall@K / NDCG@K over the full catalogue, sampled metrics, popularity
+  strata, known pairs; baselines (most popular, item-kNN, EASE).
+* ``data`` — MovieLens-100K with a verified cache (the ``[data]`` extra), synthetic
+  problems with known true probabilities.
+* ``models`` — the two-tower retrieval model (id, history or shared-history user towers).
+* ``train`` — a small training loop returning per-epoch metrics (the ``[train]`` extra).
 
 Conventions (see the notation page of the book): logits are ``s / τ − log Q`` where Q is a
 candidate's expected count in the sampled set; masks are finite (``finfo.min / 2``);
@@ -38,7 +36,7 @@ from candidate_sampling.device import (
     time_calls,
 )
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 __all__ = [
     "CandidateSet",
     "book_seed",

@@ -25,17 +25,17 @@ file to put where by hand.
 
 What you get (:class:`MovieLens`):
 
-``ratings``  one row per rating, file order: ``user_id``, ``item_id`` (the original 1-based
-             MovieLens ids of ``u.data``), ``rating`` (1–5), ``timestamp`` (Unix seconds);
-             all ``int64``.
-``items``    one row per movie, sorted by ``item_id``: ``item_id`` (``int64``), ``title``
-             (the MovieLens title with its year, e.g. ``"Toy Story (1995)"``), ``year``
-             (nullable ``Int64``: the last "(YYYY)" in the title; ``<NA>`` for item 267,
-             "unknown"), ``genres`` (a ``str``: the genre names joined by ``"|"`` in the
-             order of ``u.genre``, e.g. ``"Animation|Children's|Comedy"``; a plain string
-             keeps the frame flat; ``items.genres.str.split("|")`` gives lists).
-``source``   which source answered, e.g. ``"GroupLens ml-100k.zip (cache)"``.
-``path``     the verified file the frames were read from.
+* ``ratings``: one row per rating, file order: ``user_id``, ``item_id`` (the original
+  1-based MovieLens ids of ``u.data``), ``rating`` (1–5), ``timestamp`` (Unix seconds);
+  all ``int64``.
+* ``items``: one row per movie, sorted by ``item_id``: ``item_id`` (``int64``), ``title``
+  (the MovieLens title with its year, e.g. ``"Toy Story (1995)"``), ``year`` (nullable
+  ``Int64``: the last "(YYYY)" in the title; ``<NA>`` for item 267, "unknown"),
+  ``genres`` (a ``str``: the genre names joined by ``"|"`` in the order of ``u.genre``,
+  e.g. ``"Animation|Children's|Comedy"``; a plain string keeps the frame flat;
+  ``items.genres.str.split("|")`` gives lists).
+* ``source``: which source answered, e.g. ``"GroupLens ml-100k.zip (cache)"``.
+* ``path``: the verified file the frames were read from.
 
 Terms of use (GroupLens, summarised; read the dataset's README for the full text): the
 data may be used for research purposes only; it may not be redistributed without
@@ -66,7 +66,7 @@ import pandas as pd
 import pooch
 import torch
 
-from candidate_sampling._validate import check_int_range, check_parallel
+from candidate_sampling._validate import check_int_range, check_parallel, get_validate_args
 
 __all__ = [
     "DATA_ENV_VAR",
@@ -522,6 +522,15 @@ def history_windows(
     check_int_range("length", length, 1)
     n = item_index.shape[0]
     first = torch.arange(n, device=item_index.device) - position  # each user's first event
+    if get_validate_args() and n:
+        # a position too large reaches before the log or into another user's events
+        inside = (position >= 0) & (first >= 0)
+        same_user = user_index[first.clamp(0, n - 1)] == user_index
+        if not bool((inside & same_user).all()):
+            raise ValueError(
+                "position must count each event within its own user's sequence "
+                "(0 at the user's first event), got a position that reaches another user"
+            )
     window = (
         torch.arange(n, device=item_index.device)[:, None]
         - length
