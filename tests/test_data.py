@@ -559,6 +559,13 @@ def test_history_windows_on_a_small_log():
         [-1, -1, 1],
         [-1, -1, -1],
     ]
+    # a position that reaches before the user's first event (or before the log) is refused
+    with pytest.raises(ValueError, match="position must count each event within its own user"):
+        data.history_windows(user_index, item_index, torch.tensor([0, 1, 2, 3, 5, 1, 0]), 3)
+    with pytest.raises(ValueError, match="position must count"):
+        data.history_windows(user_index, item_index, torch.tensor([1, 1, 2, 3, 0, 1, 0]), 3)
+    with pytest.raises(ValueError, match="position must count"):
+        data.history_windows(user_index, item_index, torch.tensor([0, 1, 2, 3, 0, 1, -1]), 3)
 
 
 @settings(max_examples=40, deadline=None)

@@ -343,7 +343,7 @@ def test_a_failing_rank_raises_with_its_traceback():
         (
             # an id outside the table (a negative one would wrap around): refused
             lambda: gather_candidates(_set(3), item_probabilities=torch.full((2,), 0.1)),
-            r"ids must lie in \[0, 2\)",
+            r"positives.ids must lie in \[0, 2\)",
         ),
         (
             lambda: ring_sigmoid_loss(torch.zeros(3, 2), _set(2)),

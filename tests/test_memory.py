@@ -125,7 +125,7 @@ def test_negative_and_nan_entries_are_refused():
         memory.enqueue(torch.tensor([[float("nan"), 0.0]]), torch.tensor([0]))
     memory.enqueue(torch.zeros(2, 2), torch.tensor([0, 1]))
     # a negative batch id would read item_probabilities[-1]: refused by name
-    with pytest.raises(ValueError, match=r"ids must lie in \[0, 3\)"):
+    with pytest.raises(ValueError, match=r"positive_ids must lie in \[0, 3\)"):
         memory.candidates_for(
             torch.zeros(1, 2), torch.tensor([-1]), item_probabilities=torch.full((3,), 1 / 3)
         )

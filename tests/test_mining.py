@@ -350,6 +350,8 @@ def test_bad_input():
         miner.mine(q, num_negatives=1, user_index=torch.arange(2))
     with pytest.raises(ValueError, match=r"queries must have shape \(B, 3\)"):
         miner.mine(randn(2, 4), num_negatives=1)
+    with pytest.raises(ValueError, match="item_ids must be >= 0"):
+        HardNegativeMiner(index="torch").build(randn(3, 3), torch.tensor([0, -1, 2]))
     with pytest.raises(ValueError, match="known must be a KnownPairs"):
         miner.mine(q, num_negatives=1, known=(torch.arange(2),), user_index=torch.arange(2))
     with pytest.raises(ValueError, match="user_index must have shape"):

@@ -138,7 +138,7 @@ def _log_expected_count(probs: torch.Tensor, k: int, tries: int, unique: bool) -
 
 
 def batch_log_q(
-    ids: torch.Tensor, item_probabilities: torch.Tensor, *, num_draws: int
+    ids: torch.Tensor, item_probabilities: torch.Tensor, *, num_draws: int, name: str = "ids"
 ) -> torch.Tensor:
     """log Q of columns that are training positives: ``log(n · p(y))`` for each id.
 
@@ -149,11 +149,12 @@ def batch_log_q(
     across ranks) the expected count of ``y`` is ``n·p(y)`` (:func:`log_expected_count`
     with replacement). ``ids``: any shape of ids in ``[0, |V|)`` (checked: a negative id
     would wrap around to the last item's probability); ``item_probabilities``: (|V|,) in
-    [0, 1]. Returns float32 of ``ids``' shape on ``ids``' device. Chapters 5 and 7.
+    [0, 1]; ``name``: what the errors call ``ids``. Returns float32 of ``ids``' shape on
+    ``ids``' device. Chapters 5 and 7.
     """
     check_tensor("item_probabilities", item_probabilities, ("|V|",), floating=True)
     check_probabilities("item_probabilities", item_probabilities)
-    check_ids("ids", ids, item_probabilities.shape[0])
+    check_ids(name, ids, item_probabilities.shape[0])
     check_int_range("num_draws", num_draws, 1)
     p = item_probabilities[ids.to(item_probabilities.device).long()]
     return _log_expected_count(p, num_draws, num_draws, False).to(ids.device)

@@ -198,7 +198,9 @@ def _with_log_q(
         return positives
     if positives.log_q is not None:
         raise ValueError("give item_probabilities or positives.log_q, not both")
-    log_q = batch_log_q(positives.ids, item_probabilities, num_draws=num_draws)
+    log_q = batch_log_q(
+        positives.ids, item_probabilities, num_draws=num_draws, name="positives.ids"
+    )
     return CandidateSet(positives.embeddings, positives.ids, log_q, positives.mask, positives.bias)
 
 

@@ -169,8 +169,12 @@ class CrossBatchMemory:
         batch_log = queue_log = None
         if item_probabilities is not None:
             num_draws = positives.shape[0] + len(self)
-            batch_log = batch_log_q(positive_ids, item_probabilities, num_draws=num_draws)
-            queue_log = batch_log_q(queued_ids, item_probabilities, num_draws=num_draws)
+            batch_log = batch_log_q(
+                positive_ids, item_probabilities, num_draws=num_draws, name="positive_ids"
+            )
+            queue_log = batch_log_q(
+                queued_ids, item_probabilities, num_draws=num_draws, name="the queue's ids"
+            )
         queued = self.embeddings.to(positives.device, positives.dtype)
         return (
             CandidateSet(positives, positive_ids, batch_log),

@@ -372,6 +372,8 @@ class HardNegativeMiner:
         if item_ids is None:
             item_ids = torch.arange(n)
         check_tensor("item_ids", item_ids, (n,), floating=False)
+        if get_validate_args() and n and int(item_ids.min()) < 0:  # -1 marks "no result"
+            raise ValueError(f"item_ids must be >= 0, got {int(item_ids.min())}")
         emb = item_embeddings.detach()
         if self.kind == "torch":
             self._items = emb
