@@ -21,6 +21,7 @@ from candidate_sampling.losses import (
     ChunkedSoftmaxCrossEntropy,
     chunked_softmax_cross_entropy,
     default_chunk_size,
+    resolve_method,
 )
 
 D64 = torch.float64
@@ -326,8 +327,19 @@ def test_default_chunk_size():
     assert default_chunk_size(1024, 10**6) == 2**21 // 1024
     assert default_chunk_size(10**6, 50) == 50  # never more than |V|
     assert default_chunk_size(2**20, 10**6) == 128
-    assert default_chunk_size(1024, 10**6, "rows") == 2
+    assert default_chunk_size(1024, 10**6, "rows") == 64  # at least 64 rows
+    assert default_chunk_size(4096, 1000, "rows") == 2**21 // 1000
     assert default_chunk_size(8, 100, "rows") == 8
+
+
+def test_auto_resolves_to_rows_for_reduced_losses_of_moderate_size():
+    assert resolve_method(1024, 10**5) == "rows"
+    assert resolve_method(1024, 10**5, reduction="sum") == "rows"
+    assert resolve_method(1024, 10**5, reduction="none") == "vocab"
+    assert resolve_method(1024, 10**5, half=True) == "vocab"
+    assert resolve_method(1024, 10**6) == "vocab"  # a 64 x 1e6 block: memory flat instead
+    assert resolve_method(16, 10**6) == "rows"  # one block of 16 x 1e6
+    assert resolve_method(16, 10**7) == "vocab"
 
 
 # --------------------------------------------------------------------------- bad input
