@@ -229,3 +229,39 @@ def test_embedding_drift():
 def test_bad_arguments_name_themselves(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("variant", ["pairwise", "out"])
+def test_a_labelled_queue_feeds_the_multi_positive_loss(variant):
+    """XBM with labels: the queue's ids are class labels, every same-label column is a
+    positive, each positive against the anchor's negatives only ("pairwise", as
+    pytorch-metric-learning's NT-Xent) or SupCon's L_out; against a float64 loop."""
+    from candidate_sampling.losses import multi_positive_softmax_loss
+
+    gen = torch.Generator().manual_seed(4)
+    memory = CrossBatchMemory(6, 3, dtype=F64)
+    memory.enqueue(torch.randn(6, 3, generator=gen, dtype=F64), torch.tensor([0, 1, 2, 0, 1, 2]))
+    emb = torch.randn(4, 3, generator=gen, dtype=F64)
+    labels = torch.tensor([0, 0, 1, 3])  # label 3: no positive anywhere (left out of the mean)
+    batch, queued = memory.candidates_for(emb, labels)
+    columns = CandidateSet.concat(batch, queued)
+    positive_mask = labels[:, None] == columns.ids[None, :]
+    itself = torch.zeros_like(positive_mask)
+    itself[torch.arange(4), torch.arange(4)] = True  # an anchor is not its own positive
+    positive_mask &= ~itself
+    got = multi_positive_softmax_loss(
+        emb, columns, positive_mask, temperature=0.5, variant=variant, removed=itself,
+        reduction="none",
+    )
+    s = emb @ columns.embeddings.T / 0.5
+    for i in range(4):
+        pos = [j for j in range(10) if bool(positive_mask[i, j])]
+        neg = [j for j in range(10) if j != i and j not in pos]
+        if not pos:
+            assert float(got[i]) == 0.0
+            continue
+        if variant == "pairwise":
+            terms = [torch.logsumexp(s[i, [p] + neg], 0) - s[i, p] for p in pos]
+        else:
+            terms = [torch.logsumexp(s[i, pos + neg], 0) - s[i, p] for p in pos]
+        torch.testing.assert_close(got[i], torch.stack(terms).mean())
