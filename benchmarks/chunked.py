@@ -23,7 +23,10 @@ rows (D = 64) against a class table of ``|V|`` rows, by:
 
 **Time**: seconds per forward + backward, arms alternated in rounds (every arm once per
 round) so that a change of machine load hits them alike; ratios are medians of
-same-round ratios, and the spread (min–max over the rounds) is reported.
+same-round ratios, and the spread (min–max over the rounds) is reported. Beside the wall
+clock, the process's CPU time of the same calls (``*_cpu_time@`` ratios): on a shared
+machine it counts this process's work and not the time others held the cores (run with
+``OMP_NUM_THREADS=1`` there, so that it holds no spin-waits either).
 
 **Memory**: the loss's *own* peak: the peak bytes of tensors allocated during forward +
 backward and alive at once, from the PyTorch profiler's memory timeline
@@ -50,6 +53,7 @@ import gc
 import math
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -75,6 +79,7 @@ from candidate_sampling.device import get_device, synchronize  # noqa: E402
 from candidate_sampling.losses.chunked import (  # noqa: E402
     chunked_softmax_cross_entropy,
     default_chunk_size,
+    resolve_method,
 )
 
 DIM = 64
@@ -161,6 +166,20 @@ def make_problem(n: int, num_classes: int, device: torch.device, seed: int = 0):
     return query, classes, ids
 
 
+def _time_once(step: Callable[[], None], device: torch.device) -> tuple[float, float]:
+    """(wall-clock seconds, CPU seconds of this process) of one call, device synchronised.
+
+    On a shared machine the wall clock counts the time other processes held the cores;
+    the process's CPU time counts only its own work (with one torch thread it is the
+    work itself; with several it includes OpenMP's spin-waits).
+    """
+    synchronize(device)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    step()
+    synchronize(device)
+    return time.perf_counter() - start, time.process_time() - start_cpu
+
+
 def _step(loss_fn: Callable, query, classes, ids) -> Callable[[], None]:
     def step() -> None:
         query.grad = None
@@ -201,7 +220,7 @@ def predicted_bytes(arm: str, n: int, num_classes: int, per_logit: dict[str, flo
         own = per_logit.get(arm, _GUESS_BYTES_PER_LOGIT[arm]) * n * num_classes
         if arm != NAIVE:  # the (chunk, |V|) block and a float32 class-gradient buffer
             own += 4 * (max(TORCH_CHUNKS) * num_classes + num_classes * DIM)
-    elif arm == ROWS or arm == CHUNKED:
+    elif arm == ROWS or (arm == CHUNKED and resolve_method(n, num_classes) == "rows"):
         rows = default_chunk_size(n, num_classes, "rows")
         own = 4 * (2 * rows * num_classes + num_classes * DIM)
     else:  # vocab blocks, sampled softmax: independent of |V| beyond the inputs
@@ -266,11 +285,14 @@ def measure_size(
         else:
             skipped[TORCH_BEST] = "no batch_chunk_size of the sweep fits the memory budget"
     times: dict[str, list[float]] = {arm: [] for arm in steps}
+    cpu: dict[str, list[float]] = {arm: [] for arm in steps}
     for step in steps.values():
         time_calls(step, device=device, repeats=1, warmup=0)  # warm-up
     for _ in range(repeats):
         for arm, step in steps.items():
-            times[arm] += time_calls(step, device=device, repeats=1, warmup=0)
+            wall, used = _time_once(step, device)
+            times[arm].append(wall)
+            cpu[arm].append(used)
     for arm, step in steps.items():
         peak = own_peak_bytes(step, query, classes, device) if measure_memory else None
         if peak is not None and arm in (NAIVE, TORCH_DEFAULT, TORCH_BEST):
@@ -280,9 +302,12 @@ def measure_size(
             "median_s": statistics.median(times[arm]),
             "min_s": min(times[arm]),
             "max_s": max(times[arm]),
+            "cpu_times_s": cpu[arm],
+            "cpu_median_s": statistics.median(cpu[arm]),
             "own_peak_bytes": peak,
         }
     result["skipped"] = skipped
+    result["auto_method"] = resolve_method(n, num_classes)
     result["chunk_sizes"] = {
         "vocab": default_chunk_size(n, num_classes, "vocab"),
         "rows": default_chunk_size(n, num_classes, "rows"),
@@ -301,9 +326,9 @@ def _label(n: int, num_classes: int) -> str:
     return f"{size_label(num_classes)},N={n}"
 
 
-def _round_ratio(a: dict, b: dict) -> float:
+def _round_ratio(a: dict, b: dict, key: str = "times_s") -> float:
     """Median over rounds of a's time / b's time in the same round."""
-    return statistics.median(x / y for x, y in zip(a["times_s"], b["times_s"]))
+    return statistics.median(x / y for x, y in zip(a[key], b[key]))
 
 
 def headline(sizes: list[dict]) -> dict[str, float | None]:
@@ -320,11 +345,19 @@ def headline(sizes: list[dict]) -> dict[str, float | None]:
                     naive["own_peak_bytes"] / chunked["own_peak_bytes"]
                 )
             ratios[f"chunked_vs_naive_full_softmax_time@{label}"] = _round_ratio(chunked, naive)
+            if "cpu_times_s" in chunked:
+                ratios[f"chunked_vs_naive_full_softmax_cpu_time@{label}"] = _round_ratio(
+                    chunked, naive, "cpu_times_s"
+                )
         best = arms.get(TORCH_BEST)
         if best is not None:
             ratios[f"chunked_vs_torch_linear_cross_entropy_time@{label}"] = _round_ratio(
                 chunked, best
             )
+            if "cpu_times_s" in chunked:
+                ratios[f"chunked_vs_torch_linear_cross_entropy_cpu_time@{label}"] = (
+                    _round_ratio(chunked, best, "cpu_times_s")
+                )
             if VOCAB in arms:
                 ratios[f"chunked_vocab_vs_torch_linear_cross_entropy_time@{label}"] = (
                     _round_ratio(arms[VOCAB], best)
@@ -417,6 +450,8 @@ def report(result: dict[str, Any]) -> str:
             extra = ""
             if arm == TORCH_BEST:
                 extra = f" ({s['torch_best_chunk']} rows)"
+            elif arm == CHUNKED:
+                extra = f" (= {s['auto_method']})"
             elif arm == VOCAB:
                 extra = f" ({s['chunk_sizes']['vocab']} classes)"
             elif arm == ROWS:
@@ -428,6 +463,7 @@ def report(result: dict[str, Any]) -> str:
                     "arm": arm + extra,
                     "t": fmt_seconds(a["median_s"]),
                     "spread": f"{fmt_seconds(a['min_s'])}–{fmt_seconds(a['max_s'])}",
+                    "cpu": fmt_seconds(a.get("cpu_median_s")),
                     "mem": fmt_bytes(a["own_peak_bytes"]),
                 }
             )
@@ -451,6 +487,7 @@ def report(result: dict[str, Any]) -> str:
                 ("arm", "loss"),
                 ("t", "time"),
                 ("spread", "min–max"),
+                ("cpu", "CPU time"),
                 ("mem", "own peak memory"),
             ],
         )
