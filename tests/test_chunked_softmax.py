@@ -179,10 +179,28 @@ def test_gradcheck(method):
     assert torch.autograd.gradcheck(fn, tuple(kwargs[n] for n in names))
 
 
-def test_backward_twice_with_retain_graph():
+@pytest.mark.parametrize("method", ["auto", "vocab", "rows"])
+def test_no_grad_forward_gives_the_same_loss(method):
+    problem = make_problem(14)
+    q = problem["query"].clone().requires_grad_()
+    with_grad = chunked_softmax_cross_entropy(
+        q, problem["classes"], problem["positive_ids"], method=method
+    )
+    with torch.no_grad():
+        without = chunked_softmax_cross_entropy(
+            q, problem["classes"], problem["positive_ids"], method=method
+        )
+    assert without.grad_fn is None
+    assert torch.allclose(with_grad.detach(), without, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["vocab", "rows"])
+def test_backward_twice_with_retain_graph(method):
     problem = make_problem(6)
     q = problem["query"].clone().requires_grad_()
-    loss = chunked_softmax_cross_entropy(q, problem["classes"], problem["positive_ids"])
+    loss = chunked_softmax_cross_entropy(
+        q, problem["classes"], problem["positive_ids"], method=method
+    )
     loss.backward(retain_graph=True)
     first = q.grad.clone()
     loss.backward()

@@ -198,10 +198,12 @@ class _RowsChunked(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, query, classes, bias, temperature, row_scale, tau, ids, chunk, dtype):
+    def forward(ctx, query, classes, bias, temperature, row_scale, tau, ids, chunk, dtype, grads):
         n, d = query.shape
         num_classes = classes.shape[0]
-        need_q, need_c, need_b, need_t = ctx.needs_input_grad[:4]
+        # ``grads``: whether a backward can follow (grad mode was on at the call); inside
+        # forward grad mode is always off, and needs_input_grad ignores torch.no_grad()
+        need_q, need_c, need_b, need_t = (grads and x for x in ctx.needs_input_grad[:4])
         scale = temperature.detach().to(dtype) if temperature is not None else tau
         q = query.detach().to(dtype) / scale
         r = row_scale.detach().to(dtype)
@@ -278,6 +280,7 @@ class _RowsChunked(torch.autograd.Function):
             scaled(grad_b, db),
             grad_t,
             grad_r,
+            None,
             None,
             None,
             None,
@@ -421,9 +424,14 @@ def chunked_softmax_cross_entropy(
         weight = sample_weight.to(dtype) if sample_weight.dtype != dtype else sample_weight
         weight = weight if index is None else weight.index_select(0, index)
     kept = q.shape[0]
+    grads = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (query, classes, class_bias, temp_tensor)
+    )
     if method == "auto":
         half = classes.dtype in (torch.float16, torch.bfloat16)
         method = resolve_method(kept, num_classes, reduction=reduction, half=half)
+        if not grads:  # a forward alone: the vocabulary blocks do one matmul, no more
+            method = "vocab"
 
     if method == "rows":
         chunk = chunk_size or default_chunk_size(kept, num_classes, "rows")
@@ -434,7 +442,7 @@ def chunked_softmax_cross_entropy(
         else:
             row_scale = weight / weight.sum() if reduction == "mean" else weight
         total = _RowsChunked.apply(
-            q, classes, class_bias, temp_tensor, row_scale, tau, ids, chunk, dtype
+            q, classes, class_bias, temp_tensor, row_scale, tau, ids, chunk, dtype, grads
         )
         if kept == 0 and reduction == "mean":
             return total * float("nan")
