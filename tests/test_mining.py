@@ -420,3 +420,22 @@ def test_mining_benchmark_rows_and_headline(monkeypatch):
     assert ratio == pytest.approx(expected["qps"] / rows[0]["qps"])
     ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
     assert bench.recall_at_k(ids, torch.tensor([[3, 2, 9], [7, 8, 9]])) == pytest.approx(2 / 6)
+
+
+def test_the_steps_name_their_bad_arguments():
+    scores, excluded = torch.zeros(2, 5), torch.zeros(2, 5, dtype=torch.bool)
+    with pytest.raises(ValueError, match="range_max must be >= 3"):
+        survivors(scores, excluded, range_min=2, range_max=2)
+    with pytest.raises(ValueError, match="relative_margin must lie in"):
+        survivors(scores, excluded, range_min=0, range_max=3, relative_margin=2.0,
+                  positive_scores=torch.zeros(2))
+    with pytest.raises(ValueError, match="need positive_scores"):
+        survivors(scores, excluded, range_min=0, range_max=3, absolute_margin=0.1)
+    with pytest.raises(ValueError, match=r"excluded must have shape \(2, 5\)"):
+        survivors(scores, excluded[:, :3], range_min=0, range_max=3)
+    ranks, keep = survivors(scores, excluded, range_min=0, range_max=3)
+    ids = torch.arange(5).repeat(2, 1)
+    with pytest.raises(ValueError, match="num_negatives must be >= 1"):
+        choose_negatives(scores, ids, ranks, keep, num_negatives=0)
+    with pytest.raises(ValueError, match="sampling must be one of"):
+        choose_negatives(scores, ids, ranks, keep, num_negatives=1, sampling="all")

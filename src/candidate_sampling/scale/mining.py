@@ -224,9 +224,16 @@ def survivors(
     :func:`exclusion_mask`. ``ranks`` count the non-excluded candidates from 0 (the
     hardest); ``keep`` is True where a candidate passes every rule of the module
     docstring: rank in ``[range_min, range_max)``, score ``<= max_score``, and the
-    positive-aware margins against ``positive_scores`` (B,). Arguments are checked by
-    :meth:`HardNegativeMiner.mine`.
+    positive-aware margins against ``positive_scores`` (B,). The scalar options are checked
+    here too (cheap), so the step can be called alone.
     """
+    check_tensor("scores", scores, ("B", "k"), floating=True)
+    check_tensor("excluded", excluded, tuple(scores.shape))
+    check_int_range("range_min", range_min, 0)
+    check_int_range("range_max", range_max, range_min + 1)
+    _check_rules(max_score, relative_margin, absolute_margin)
+    if (relative_margin is not None or absolute_margin is not None) and positive_scores is None:
+        raise ValueError("relative_margin / absolute_margin need positive_scores")
     device = scores.device
     ranks = torch.cumsum((~excluded).long(), dim=1) - 1
     keep = ~excluded & (ranks >= range_min) & (ranks < range_max)
