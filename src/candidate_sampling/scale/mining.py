@@ -109,23 +109,33 @@ def import_faiss():
 
 
 def brute_force_top_k(
-    queries: torch.Tensor, items: torch.Tensor, k: int, *, chunk_size: int = 1024
+    queries: torch.Tensor, item_embeddings: torch.Tensor, k: int, *, chunk_size: int = 1024
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact top-``k`` inner products: ``torch.topk(queries @ items.T, k)``, in query chunks.
+    """Exact top-``k`` inner products: ``torch.topk(queries @ item_embeddings.T, k)``, in chunks.
 
-    ``queries``: (B, d); ``items``: (N, d), on the same device. Returns ``(scores, positions)``,
-    each (B, k), sorted by decreasing score; ``positions`` index the rows of ``items``.
-    Memory is ``O(chunk_size · N)``. The reference every ANN index is measured against.
+    ``queries``: (B, d); ``item_embeddings``: (N, d), on the same device. Returns
+    ``(scores, positions)``, each (B, k), sorted by decreasing score; ``positions`` index the
+    rows of ``item_embeddings``. Memory is ``O(chunk_size · N)``. The reference every ANN
+    index is measured against. NaN inputs raise (``topk`` would rank NaN first).
     """
     check_tensor("queries", queries, ("B", "d"), floating=True)
-    check_tensor("items", items, ("N", "d"), floating=True)
-    check_same("embedding size d", queries=queries.shape[1], items=items.shape[1])
-    check_int_range("k", k, 1, items.shape[0])
+    check_tensor("item_embeddings", item_embeddings, ("N", "d"), floating=True)
+    check_same(
+        "embedding size d", queries=queries.shape[1], item_embeddings=item_embeddings.shape[1]
+    )
+    check_int_range("k", k, 1, item_embeddings.shape[0])
     check_int_range("chunk_size", chunk_size, 1)
-    check_finite("queries", queries)  # topk ranks NaN first: a NaN query has no neighbours
-    check_finite("items", items)
+    check_finite("queries", queries)
+    check_finite("item_embeddings", item_embeddings)
+    return _top_k(queries, item_embeddings, k, chunk_size)
+
+
+def _top_k(
+    queries: torch.Tensor, item_embeddings: torch.Tensor, k: int, chunk_size: int = 1024
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`brute_force_top_k` without its checks (the miner checked its inputs once)."""
     scores, positions = [], []
-    items_t = items.T
+    items_t = item_embeddings.T
     for start in range(0, queries.shape[0], chunk_size):
         s, p = torch.topk(queries[start : start + chunk_size] @ items_t, k, dim=1)
         scores.append(s)
@@ -483,7 +493,7 @@ class HardNegativeMiner:
         check_finite("queries", queries)
         q = queries.detach()
         if self.kind == "torch":
-            scores, positions = brute_force_top_k(q.to(self._items.dtype), self._items, k)
+            scores, positions = _top_k(q.to(self._items.dtype), self._items, k)
             ids = self.item_ids.to(positions.device)[positions]
             return scores.to(queries.device), ids.to(queries.device)
         x = np.ascontiguousarray(q.float().cpu().numpy())
