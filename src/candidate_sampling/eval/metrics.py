@@ -202,12 +202,26 @@ def metrics_from_ranks(
     ranks: torch.Tensor, user_index: torch.Tensor, *, ks: Sequence[int] = (10, 50, 100)
 ) -> dict[str, float]:
     """``hit_rate@K``, ``recall@K`` (per-user average) and ``ndcg@K`` from 0-based ranks."""
-    users = user_index
-    check_parallel("number of interactions n", ranks=ranks, user_index=users)
+    check_parallel("number of interactions n", ranks=ranks, user_index=user_index)
+    _check_ranks(ranks, ks)
+    return _metrics_from_ranks(ranks, user_index, ks)
+
+
+def _check_ks(ks: Sequence[int]) -> None:
     for k in ks:
         check_int_range("k", k, 1)
+
+
+def _check_ranks(ranks: torch.Tensor, ks: Sequence[int]) -> None:
+    _check_ks(ks)
     if get_validate_args() and bool((ranks < 0).any()):
         raise ValueError(f"ranks must be >= 0, got {int(ranks.min())}")
+
+
+def _metrics_from_ranks(
+    ranks: torch.Tensor, users: torch.Tensor, ks: Sequence[int]
+) -> dict[str, float]:
+    """:func:`metrics_from_ranks` of checked inputs (the package's own ranks)."""
     ranks = exact_float64(ranks)
     users = users.to(ranks.device)
     _, user_index = torch.unique(users, return_inverse=True)
@@ -239,6 +253,7 @@ def retrieval_metrics(
 
     Shapes as in :func:`positive_ranks`. Chapter 5.
     """
+    _check_ks(ks)
     ranks = positive_ranks(
         user_embeddings,
         item_embeddings,
@@ -247,7 +262,7 @@ def retrieval_metrics(
         known=known,
         chunk_size=chunk_size,
     )
-    return metrics_from_ranks(ranks, user_index, ks=ks)
+    return _metrics_from_ranks(ranks, user_index, ks)
 
 
 # --------------------------------------------------------------- chapter 9: sampled metrics
@@ -276,8 +291,20 @@ def sample_unseen_negatives(
     check_int_range("num_users", num_users, 1)
     check_int_range("num_items", num_items, 1)
     check_pairs(user_index, positive_ids, num_users=num_users, num_items=num_items)
-    check_int_range("num_negatives", num_negatives, 1)
     check_known(known, num_users, num_items)
+    return _sample_unseen(user_index, positive_ids, num_items, num_negatives, known, generator)
+
+
+def _sample_unseen(
+    user_index: torch.Tensor,
+    positive_ids: torch.Tensor,
+    num_items: int,
+    num_negatives: int,
+    known: KnownPairs | None,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """:func:`sample_unseen_negatives` of checked pairs."""
+    check_int_range("num_negatives", num_negatives, 1)
     users, targets = user_index, positive_ids.to(user_index.device)
     device = users.device
     allowed = torch.full_like(users, num_items - 1)  # every item but the positive
@@ -331,15 +358,7 @@ def sampled_ranks(
     )
     device = item_embeddings.device
     users, targets = user_index.to(device), positive_ids.to(device)
-    negatives = sample_unseen_negatives(
-        users,
-        targets,
-        num_users=num_users,
-        num_items=num_items,
-        num_negatives=num_negatives,
-        known=known,
-        generator=generator,
-    )
+    negatives = _sample_unseen(users, targets, num_items, num_negatives, known, generator)
     with torch.no_grad():
         query = user_embeddings[users]
         positive_scores = (query * item_embeddings[targets]).sum(-1)
@@ -365,6 +384,7 @@ def sampled_metrics(
     (Krichene & Rendle 2020; chapter 9). With 100 negatives, ``hit_rate@10`` asks whether
     the positive beats all but at most 9 of 100 random items.
     """
+    _check_ks(ks)
     ranks = sampled_ranks(
         user_embeddings,
         item_embeddings,
@@ -374,7 +394,7 @@ def sampled_metrics(
         known=known,
         generator=generator,
     )
-    return metrics_from_ranks(ranks, user_index, ks=ks)
+    return _metrics_from_ranks(ranks, user_index, ks)
 
 
 # ------------------------------------------------------- chapter 9: popularity strata
@@ -430,6 +450,7 @@ def stratified_metrics(
     check_pairs(
         user_index, positive_ids, num_users=None, num_items=item_strata.shape[0], ranks=ranks
     )
+    _check_ranks(ranks, ks)
     group = item_strata[positive_ids.to(item_strata.device)].to(ranks.device)
     user_index = user_index.to(ranks.device)
     rows = []
@@ -438,7 +459,7 @@ def stratified_metrics(
         count = int(members.sum())
         row: dict[str, float] = {"stratum": g, "pairs": count, "share": count / len(group)}
         if count:
-            row.update(metrics_from_ranks(ranks[members], user_index[members], ks=ks))
+            row.update(_metrics_from_ranks(ranks[members], user_index[members], ks))
         rows.append(row)
     import pandas as pd  # optional: the [data] extra; the rest of eval needs torch only
 

@@ -167,14 +167,15 @@ class CrossBatchMemory:
         queued_ids = self.ids.to(positives.device)
         positive_ids = positive_ids.to(positives.device)
         batch_log = queue_log = None
-        if item_probabilities is not None:
-            num_draws = positives.shape[0] + len(self)
-            batch_log = batch_log_q(
-                positive_ids, item_probabilities, num_draws=num_draws, name="positive_ids"
+        if item_probabilities is not None:  # one call: the checks run once
+            batch = positives.shape[0]
+            log_q = batch_log_q(
+                torch.cat([positive_ids, queued_ids]),
+                item_probabilities,
+                num_draws=batch + len(self),
+                name="positive_ids",
             )
-            queue_log = batch_log_q(
-                queued_ids, item_probabilities, num_draws=num_draws, name="the queue's ids"
-            )
+            batch_log, queue_log = log_q[:batch], log_q[batch:]
         queued = self.embeddings.to(positives.device, positives.dtype)
         return (
             CandidateSet(positives, positive_ids, batch_log),
