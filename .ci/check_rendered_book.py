@@ -13,7 +13,9 @@ A page fails when
     an .ipynb;
   * the execution-status page has no execution table with a row per chapter, a failed
     status, or no table of the machine the build ran on;
-  * the intro page has no BibTeX block with the version and URL of CITATION.cff.
+  * the intro page has no BibTeX block with the version and URL of CITATION.cff;
+  * an API reference page (book/api/) documents no object or has no summary table, or
+    any page shows an unrendered reST directive (``.. automodule::``).
 Usage: python .ci/check_rendered_book.py _build/html [--screenshot DIR]
 Needs Debian's chromium and chromium-driver and the PyPI packages selenium and PyYAML.
 """
@@ -37,6 +39,9 @@ MIN_EXERCISES = 3
 # Pages under notebooks/ allowed to have no exercises (none: every chapter has them).
 NO_EXERCISES: set[str] = set()
 STATUS_PAGE = "book/execution_status.html"
+# API reference pages (book/api/): each documents objects, except these prose pages
+API_DIR = "book/api/"
+API_PROSE = {"index", "changelog"}
 INTRO_PAGE = "book/intro.html"
 
 # Runs in the page after MathJax has finished; returns a list of problems found.
@@ -107,6 +112,10 @@ const report = {
   colab: [...document.querySelectorAll('a[href*="colab.research.google.com"]')]
     .map(a => a.href),
   bibtex: [...document.querySelectorAll('div.highlight-bibtex pre')].map(p => p.textContent),
+  apiObjects: document.querySelectorAll('dl.py:not(.module)').length,
+  apiSummary: document.querySelectorAll('table.autosummary tr').length,
+  rawRst: ((document.querySelector('main') || document.body).innerText.match(
+    /^\s*\.\. (auto\w+|py:\w+)::.*$/m) || [null])[0],
   tables: [...document.querySelectorAll('main table, article table')].map(t => ({
     head: [...t.querySelectorAll('thead th, thead td')].map(c => c.textContent.trim()),
     rows: [...t.querySelectorAll('tbody tr')]
@@ -170,6 +179,13 @@ def book_problems(name: str, report: dict, config: dict, version: str) -> list[s
                 problems.append(f"{what} shows no code")
     elif name.startswith("book/") and ".md" not in downloads:
         problems.append("no .md download button")
+    if name.startswith(API_DIR) and Path(name).stem not in API_PROSE:
+        if report["apiObjects"] < 1:
+            problems.append("API page documents no object (autodoc produced nothing)")
+        if report["apiSummary"] < 1:
+            problems.append("API page has no summary table of its public names")
+    if report.get("rawRst"):
+        problems.append(f"unrendered reStructuredText on the page: {report['rawRst'][:80]}")
     if name == STATUS_PAGE:
         problems += status_problems(report)
     if name == INTRO_PAGE:
@@ -228,7 +244,9 @@ def pages_of(build: Path) -> list[Path]:
 
 def make_driver() -> webdriver.Chrome:
     options = webdriver.ChromeOptions()
-    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    options.binary_location = (
+        shutil.which("chromium") or shutil.which("google-chrome") or "/usr/bin/chromium"
+    )
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
@@ -255,7 +273,7 @@ def main() -> int:
     version = str(yaml.safe_load((ROOT / "CITATION.cff").read_text())["version"])
     names = [page.relative_to(args.build).as_posix() for page in pages]
     chapters = sorted(n[: -len(".html")] for n in names if n.startswith("notebooks/"))
-    seen = {"status": False, "intro": False, "exercises": 0}
+    seen = {"status": False, "intro": False, "exercises": 0, "api": 0}
     driver = make_driver()
     failures, total_math = 0, 0
     try:
@@ -268,6 +286,7 @@ def main() -> int:
             seen["status"] |= name == STATUS_PAGE
             seen["intro"] |= name == INTRO_PAGE
             seen["exercises"] += len(book["exercises"])
+            seen["api"] += book["apiObjects"] if name.startswith(API_DIR) else 0
             total_math += report["math"]
             status = "FAIL" if report["problems"] else "ok"
             print(f"{status:4} {name}: {report['math']} math, "
@@ -288,6 +307,9 @@ def main() -> int:
         if not seen[key]:
             print(f"{page} is not in the build")
             failures += 1
+    if not seen["api"]:
+        print("no API reference objects on any page under book/api/")
+        failures += 1
     if not seen["exercises"]:
         print("no exercises found on any page: the check would pass vacuously")
         return 1

@@ -1,0 +1,111 @@
+"""Every chapter of the table of contents executes without error, every `assert` included.
+
+Each chapter is executed once per change, not once per tool: this test and the book build
+(``jupyter-book build .``, ``execute_notebooks: cache``) share one jupyter-cache, in
+``_build/.jupyter_cache/<key>``, where the key hashes ``src/``, ``pyproject.toml``,
+``requirements.txt``, the installed torch / numpy / faiss and the book's environment
+variables (``book/_ext/execution_cache.py``); jupyter-cache itself matches a notebook by
+its code cells. So:
+
+* after ``jupyter-book build .`` this test finds every chapter the build executed and
+  passes without running it again (the build fails on a failing cell, and a failed
+  execution is never cached);
+* run first, it executes each chapter (as the build would: same cache, same working
+  folder, same timeout) and caches the result, so the build that follows reuses it;
+* a chapter that fails, or that was edited, or whose package changed, is executed here,
+  and a failing cell fails the test with its traceback.
+
+With pytest-xdist (``python -m pytest -n auto``, as CI runs it) the chapters execute two
+at a time on two cores, each kernel with its share of the cores' threads
+(``OMP_NUM_THREADS``), so they do not fight over the cores.
+
+The chapters are whatever ``_toc.yml`` lists under ``notebooks/``. To re-execute one
+chapter in a fresh kernel whatever the cache holds, use nbval:
+``python -m pytest notebooks/04_sampled_softmax.ipynb``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+
+from execution_cache import cache_path  # noqa: E402
+
+
+def toc_chapters() -> list[Path]:
+    """The notebooks ``_toc.yml`` lists, in its order."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    entries = [toc["root"]]
+
+    def walk(items: list[dict]) -> None:
+        for item in items:
+            entries.append(item["file"])
+            walk(item.get("sections", []))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters", []))
+    return [ROOT / f"{e}.ipynb" for e in entries if (ROOT / f"{e}.ipynb").exists()]
+
+
+def _timeout() -> int:
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    return int(config.get("execute", {}).get("timeout", 900))
+
+
+def execute_or_reuse(notebook: Path) -> tuple[str, float]:
+    """``("cached", s)`` if the cache holds this notebook's execution, else execute it
+    and cache it (``("executed", s)``). Raises ``AssertionError`` with the traceback of a
+    failing cell. Mirrors MyST-NB's cache client, so the book build finds the result."""
+    import nbformat
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    from jupyter_cache.cache.db import NbProjectRecord
+    from jupyter_cache.executors.utils import single_nb_execution
+
+    cache = get_cache(str(cache_path()))
+    nb = nbformat.read(notebook, as_version=4)
+    try:
+        record = cache.match_cache_notebook(nb)
+    except KeyError:
+        record = None
+    if record is not None:
+        return "cached", float(record.data.get("execution_seconds") or 0.0)
+    stage = cache.add_nb_to_project(str(notebook))
+    NbProjectRecord.remove_tracebacks([stage.pk], cache.db)
+    result = single_nb_execution(
+        nb, cwd=str(notebook.parent), timeout=_timeout(), allow_errors=False,
+        meta_override=True,
+    )
+    if result.err is not None:
+        NbProjectRecord.set_traceback(stage.uri, result.exc_string, cache.db)
+        raise AssertionError(f"{notebook.name} failed:\n{result.exc_string}")
+    cache.cache_notebook_bundle(
+        CacheBundleIn(nb, stage.uri, data={"execution_seconds": result.time}),
+        check_validity=False, overwrite=True,
+    )
+    return "executed", result.time
+
+
+CHAPTERS = toc_chapters()
+
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # kernels started from here inherit this: each worker's chapter gets its share of cores
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+
+
+def test_the_table_of_contents_lists_chapters():
+    assert CHAPTERS, "_toc.yml lists no notebooks"
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=[nb.stem for nb in CHAPTERS])
+def test_chapter_executes(notebook: Path):
+    how, seconds = execute_or_reuse(notebook)
+    print(f"{notebook.name}: {how} ({seconds:.0f} s)")
