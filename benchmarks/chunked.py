@@ -238,6 +238,7 @@ def measure_size(
     per_logit: dict[str, float],
     torch_chunks: tuple[int, ...] = TORCH_CHUNKS,
     measure_memory: bool = True,
+    skip: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Time and own peak memory of every arm at one (N, |V|); arms over budget skipped."""
     query, classes, ids = make_problem(n, num_classes, device)
@@ -257,6 +258,9 @@ def measure_size(
     skipped: dict[str, str] = {}
     steps: dict[str, Callable[[], None]] = {}
     for arm, fn in losses.items():
+        if arm in skip:
+            skipped[arm] = "left out of this run (--skip)"
+            continue
         need = predicted_bytes(arm, n, num_classes, per_logit)
         if need > budget:
             skipped[arm] = (
@@ -265,7 +269,9 @@ def measure_size(
             continue
         steps[arm] = _step(fn, query, classes, ids)
     # torch's best chunk: each candidate timed once after a warm-up
-    if has_linear_cross_entropy():
+    if has_linear_cross_entropy() and TORCH_BEST in skip:
+        skipped[TORCH_BEST] = "left out of this run (--skip)"
+    elif has_linear_cross_entropy():
         sweep: dict[int, float] = {}
         for chunk in torch_chunks:
             if chunk > n:
@@ -586,6 +592,8 @@ def run(
     sizes: list[int] | None = None,
     memory_budget: float | None = None,
     repeats: int | None = None,
+    torch_chunks: tuple[int, ...] | None = None,
+    skip: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The chapter-10 benchmark; writes chunked.json, chunked.md and chunked.png into ``out``.
 
@@ -623,7 +631,8 @@ def run(
             device=device,
             budget=budget,
             per_logit=per_logit,
-            torch_chunks=(64,) if smoke else TORCH_CHUNKS,
+            torch_chunks=torch_chunks or ((64,) if smoke else TORCH_CHUNKS),
+            skip=skip,
         )
         for arm, why in s["skipped"].items():
             print(f"    {arm}: skipped, {why}", flush=True)
@@ -678,6 +687,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default=None, help="|V| values, e.g. 1e4,1e5,1e6")
     parser.add_argument("--memory-gb", type=float, default=None, help="memory budget (GiB)")
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument(
+        "--torch-chunks", default=None, help="batch_chunk_size sweep of torch LCE, e.g. 64,128"
+    )
+    parser.add_argument(
+        "--skip", default="", help=f"comma-separated arms to leave out, e.g. '{TORCH_DEFAULT}'"
+    )
     args = parser.parse_args(argv)
     parse = (lambda s: [int(float(x)) for x in s.split(",")] if s else None)
     result = run(
@@ -688,6 +703,8 @@ def main(argv: list[str] | None = None) -> None:
         sizes=parse(args.sizes),
         memory_budget=args.memory_gb * 2**30 if args.memory_gb else None,
         repeats=args.repeats,
+        torch_chunks=tuple(parse(args.torch_chunks)) if args.torch_chunks else None,
+        skip=tuple(a.strip() for a in args.skip.split(",") if a.strip()),
     )
     for key, value in result["ratios"].items():
         print(f"ratio {key}: {'n/a' if value is None else f'{value:.2f}x'}", flush=True)
