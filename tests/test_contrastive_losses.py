@@ -11,12 +11,14 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from candidate_sampling import CandidateSet
 from candidate_sampling.losses import (
     InfoNCELoss,
     NTBXentLoss,
     NTXentLoss,
     SoftNearestNeighborLoss,
     SupConLoss,
+    Temperature,
     alignment_loss,
     in_batch_softmax_loss,
     info_nce_loss,
@@ -288,8 +290,8 @@ def test_nt_xent_equals_supcon_with_pair_labels_equals_ce_without_diagonal(n, se
 
 def _in_batch_reference(query, key, temperature):
     """The chapter-5 in-batch softmax with distinct ids: no accidental hit to remove."""
-    candidate_ids = torch.arange(query.shape[0])
-    return in_batch_softmax_loss(query, key, candidate_ids=candidate_ids, temperature=temperature)
+    positives = CandidateSet(key, torch.arange(query.shape[0]))
+    return in_batch_softmax_loss(query, positives, temperature=temperature)
 
 
 @settings(max_examples=25, deadline=None)
@@ -375,10 +377,16 @@ def test_gradcheck_all_losses():
             ),
             (x,),
         )
-    t = torch.tensor(0.8, dtype=D64, requires_grad=True)
-    assert torch.autograd.gradcheck(
-        lambda a, temp: soft_nearest_neighbor_loss(a, labels, temperature=temp), (x, t)
-    )
+    # a learnable Temperature: its log-scale gradient against central differences
+    temp = Temperature(0.8, learnable=True)
+    soft_nearest_neighbor_loss(x.detach(), labels, temperature=temp).backward()
+    log_s, h = float(temp.log_scale.detach()), 1e-6
+
+    def loss_at(ls):
+        return float(soft_nearest_neighbor_loss(x.detach(), labels, temperature=math.exp(-ls)))
+
+    numeric = (loss_at(log_s + h) - loss_at(log_s - h)) / (2 * h)
+    assert float(temp.log_scale.grad) == pytest.approx(numeric, rel=1e-4, abs=1e-6)
     assert torch.autograd.gradcheck(lambda a, b: alignment_loss(a, b), (x, y))
     assert torch.autograd.gradcheck(lambda a: uniformity_loss(a), (x,))
 
@@ -387,18 +395,20 @@ def test_learnable_temperature_gets_a_gradient_and_moves():
     torch.manual_seed(0)
     x = torch.randn(16, 2)
     labels = torch.arange(16) % 4
-    module = SoftNearestNeighborLoss(temperature=1.0, learnable_temperature=True)
-    assert isinstance(module.log_temperature, torch.nn.Parameter)
+    module = SoftNearestNeighborLoss(temperature=Temperature(1.0, learnable=True))
+    assert isinstance(module.temperature.log_scale, torch.nn.Parameter)
+    assert len(list(module.parameters())) == 1
     opt = torch.optim.SGD(module.parameters(), lr=0.1)
-    before = module.temperature.item()
+    before = module.temperature.value.item()
     for _ in range(3):
         opt.zero_grad()
         module(x, labels).backward()
         opt.step()
-    assert module.temperature.item() != before and module.temperature.item() > 0
+    after = module.temperature.value.item()
+    assert after != before and after > 0
     fixed = SoftNearestNeighborLoss(temperature=2.0)
     assert list(fixed.parameters()) == []
-    assert fixed.temperature.item() == pytest.approx(2.0)
+    assert fixed.temperature == pytest.approx(2.0)
     assert fixed(x, labels).item() == pytest.approx(
         soft_nearest_neighbor_loss(x, labels, temperature=2.0).item(), rel=1e-6
     )
@@ -451,8 +461,9 @@ def test_module_reprs_list_their_options():
     assert "variant='in'" in repr(SupConLoss(variant="in"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a learnable T must not warn when printed
-        snn = repr(SoftNearestNeighborLoss(temperature=2.0, learnable_temperature=True))
-    assert "temperature=2, distance='squared_euclidean', learnable=True" in snn
+        snn = repr(SoftNearestNeighborLoss(temperature=Temperature(2.0, learnable=True)))
+    assert "distance='squared_euclidean'" in snn
+    assert "Temperature(temperature=2, learnable=True)" in snn
 
 
 # ---------------------------------------------------------------- stability

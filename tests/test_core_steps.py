@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from candidate_sampling.losses import (
     accidental_hits,
+    apply_temperature,
     correct_logits,
     mask_logits,
     mask_value,
@@ -162,14 +163,13 @@ def ref_hits(positive_ids, candidate_ids, positive_columns=None) -> list[list[bo
 
 
 @pytest.mark.parametrize("num_true", [None, 1, 3])
-@pytest.mark.parametrize("per_row_candidates", [False, True])
 @pytest.mark.parametrize("with_positive_columns", [False, True])
-def test_accidental_hits_match_loop(num_true, per_row_candidates, with_positive_columns):
+def test_accidental_hits_match_loop(num_true, with_positive_columns):
     g = gen(3)
     b, c = 5, 9
     shape = (b,) if num_true is None else (b, num_true)
     positive_ids = torch.randint(0, 6, shape, generator=g)
-    candidate_ids = torch.randint(0, 6, (b, c) if per_row_candidates else (c,), generator=g)
+    candidate_ids = torch.randint(0, 6, (c,), generator=g)
     columns = torch.randint(0, c, (b,), generator=g) if with_positive_columns else None
     hits = accidental_hits(positive_ids, candidate_ids, positive_columns=columns)
     assert hits.dtype == torch.bool and hits.shape == (b, c)
@@ -197,17 +197,42 @@ def test_accidental_hits_in_batch_layout_marks_duplicates_not_the_positive():
     ]
 
 
+def ref_tensorflow_hits(positive_ids, candidate_ids):
+    """TF's compute_accidental_hits: a map id -> its *last* position, one hit per true id."""
+    last = {int(c): j for j, c in enumerate(candidate_ids)}
+    out = [[False] * len(candidate_ids) for _ in positive_ids]
+    for i, row in enumerate(positive_ids):
+        for t in row.reshape(-1).tolist():
+            if t in last:
+                out[i][last[t]] = True
+    return out
+
+
+@pytest.mark.parametrize("num_true", [None, 2])
+def test_repeated_hits_tensorflow_masks_only_the_last_copy(num_true):
+    g = gen(11)
+    shape = (6,) if num_true is None else (6, num_true)
+    positive_ids = torch.randint(0, 4, shape, generator=g)
+    candidate_ids = torch.randint(0, 4, (10,), generator=g)  # repeats surely
+    tf_hits = accidental_hits(positive_ids, candidate_ids, repeated_hits="tensorflow")
+    assert tf_hits.tolist() == ref_tensorflow_hits(positive_ids, candidate_ids)
+    every = accidental_hits(positive_ids, candidate_ids)
+    assert bool((tf_hits <= every).all()) and int(every.sum()) > int(tf_hits.sum())
+    with pytest.raises(ValueError, match="repeated_hits must be one of"):
+        accidental_hits(positive_ids, candidate_ids, repeated_hits="first")
+
+
 def test_accidental_hits_bad_inputs():
     pos, cand = torch.tensor([0, 1]), torch.tensor([0, 1, 2])
     with pytest.raises(ValueError, match="positive_ids must have shape"):
         accidental_hits(pos[None, :, None], cand)
     with pytest.raises(ValueError, match="positive_ids must be an integer"):
         accidental_hits(pos.float(), cand)
-    with pytest.raises(ValueError, match="candidate_ids must be a tensor of shape"):
+    with pytest.raises(ValueError, match=r"candidate_ids must have shape \(C\)"):
         accidental_hits(pos, cand[None, None])
     with pytest.raises(ValueError, match="candidate_ids must be an integer"):
         accidental_hits(pos, cand.float())
-    with pytest.raises(ValueError, match="candidate_ids of shape"):
+    with pytest.raises(ValueError, match=r"candidate_ids must have shape \(C\)"):
         accidental_hits(pos, torch.zeros(3, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="positive_columns"):
         accidental_hits(pos, cand, positive_columns=torch.tensor([0]))
@@ -235,9 +260,9 @@ def test_mask_logits_is_finite_with_zero_gradient(dtype):
 
 
 def test_mask_logits_and_mask_value_bad_inputs():
-    with pytest.raises(ValueError, match="mask must be a bool tensor, got torch.int64"):
+    with pytest.raises(ValueError, match="removed must be a bool tensor, got torch.int64"):
         mask_logits(torch.zeros(2, 2), torch.zeros(2, 2, dtype=torch.long))
-    with pytest.raises(ValueError, match="mask must be a bool tensor, got list"):
+    with pytest.raises(ValueError, match="removed must be a bool tensor, got list"):
         mask_logits(torch.zeros(2, 2), [[True, False], [False, True]])
     with pytest.raises(ValueError, match="dtype must be a floating-point dtype"):
         mask_value(torch.int64)
@@ -257,7 +282,7 @@ def test_masking_a_column_equals_deleting_it_in_the_cross_entropy():
 def test_correct_logits_order_and_detached_log_q():
     scores = torch.randn(3, 5, generator=gen(6), dtype=D64, requires_grad=True)
     log_q = torch.randn(5, generator=gen(7), dtype=D64, requires_grad=True)
-    out = correct_logits(scores, log_q, temperature=0.5)
+    out = correct_logits(apply_temperature(scores, 0.5), log_q)
     s, lq, o = scores.detach(), log_q.detach(), out.detach()
     for i in range(3):
         for j in range(5):  # s / τ − log Q: the correction is not divided by τ
@@ -265,13 +290,13 @@ def test_correct_logits_order_and_detached_log_q():
     out.sum().backward()
     assert log_q.grad is None  # log Q gets no gradient
     torch.testing.assert_close(scores.grad, torch.full((3, 5), 2.0, dtype=D64))
-    assert torch.equal(correct_logits(scores), scores)
-    half = correct_logits(torch.full((2,), 60000.0, dtype=torch.float16), temperature=0.01)
+    assert correct_logits(scores, None) is scores
+    half = apply_temperature(torch.full((2,), 60000.0, dtype=torch.float16), 0.01)
     assert half.dtype == torch.float32 and bool(torch.isfinite(half).all())  # upcast before /τ
     with pytest.raises(ValueError, match="temperature must be > 0"):
-        correct_logits(scores, temperature=-0.1)
-    with pytest.raises(ValueError, match="temperature must be a scalar"):
-        correct_logits(scores, temperature=torch.ones(2))
+        apply_temperature(scores, -0.1)
+    with pytest.raises(ValueError, match="temperature must be a float or a Temperature"):
+        apply_temperature(scores, torch.ones(()))
 
 
 def test_upcast():

@@ -26,9 +26,31 @@ from candidate_sampling.losses.hard_negatives import (
     multi_positive_cross_entropy,
     multi_positive_softmax_loss,
 )
+from candidate_sampling import CandidateSet
 from candidate_sampling.losses.retrieval import in_batch_logits, in_batch_softmax_loss
 
 D64 = torch.float64
+
+
+def sets(query, candidates, candidate_ids=None, log_q=None):
+    """The batch's positives (first B rows) and the extras as CandidateSets; distinct
+    default ids."""
+    b = query.shape[0]
+    ids = torch.arange(candidates.shape[0]) if candidate_ids is None else candidate_ids
+
+    def part(cols):
+        return CandidateSet(candidates[cols], ids[cols], None if log_q is None else log_q[cols])
+
+    return part(slice(0, b)), (part(slice(b, None)) if candidates.shape[0] > b else None)
+
+
+def one_matrix(fn, query, candidates, *, candidate_ids=None, log_q=None, **options):
+    """``fn`` on a one-matrix batch (row i's positive = candidate i)."""
+    return fn(query, *sets(query, candidates, candidate_ids, log_q), **options)
+
+
+def hn_loss(*args, **kwargs):
+    return one_matrix(hard_negative_softmax_loss, *args, **kwargs)
 
 
 def randn(*shape, seed=0, dtype=D64):
@@ -154,7 +176,7 @@ def test_hard_negative_loss_against_loop():
     q, c = randn(6, 5, seed=3), randn(10, 5, seed=4)
     ids = torch.tensor([0, 1, 2, 0, 3, 4, 5, 6, 1, 7])
     log_q = randn(10, seed=5)
-    loss = hard_negative_softmax_loss(
+    loss = hn_loss(
         q,
         c,
         candidate_ids=ids,
@@ -178,7 +200,7 @@ def test_hard_negative_loss_against_loop():
 def test_hardness_weighting_against_loop():
     q, c = randn(5, 4, seed=6), randn(5, 4, seed=7)
     alpha, tau = 7.0, 0.5
-    loss = hard_negative_softmax_loss(q, c, temperature=tau, hardness_alpha=alpha, reduction="none")
+    loss = hn_loss(q, c, temperature=tau, hardness_alpha=alpha, reduction="none")
     s = q @ c.T
     expected = []
     for i in range(5):
@@ -225,8 +247,8 @@ def test_hand_built_batch_known_false_negatives_are_removed():
     c = torch.tensor([[1.0, 0.1], [0.95, 0.0], [0.0, 1.0], [-1.0, 0.1]], dtype=D64)
     fn = torch.zeros(4, 4, dtype=torch.bool)
     fn[0, 1] = fn[1, 0] = True  # the known false negatives
-    masked = hard_negative_softmax_loss(q, c, false_negative_mask=fn, reduction="none")
-    plain = hard_negative_softmax_loss(q, c, reduction="none")
+    masked = hn_loss(q, c, false_negative_mask=fn, reduction="none")
+    plain = hn_loss(q, c, reduction="none")
     logits = q @ c.T
     for i in range(4):
         keep = [j for j in range(4) if not fn[i, j]]
@@ -255,7 +277,7 @@ def test_hand_built_batch_known_false_negatives_are_removed():
 def test_positive_column_is_never_masked_by_a_false_negative_mask():
     q, c = randn(3, 4, seed=11), randn(3, 4, seed=12)
     every = torch.ones(3, 3, dtype=torch.bool)
-    loss = hard_negative_softmax_loss(q, c, false_negative_mask=every, reduction="none")
+    loss = hn_loss(q, c, false_negative_mask=every, reduction="none")
     assert torch.allclose(loss, torch.zeros(3, dtype=D64))
 
 
@@ -268,10 +290,10 @@ def test_masking_a_column_equals_deleting_it(b, seed):
     fn[:, drop] = True
     keep = [j for j in range(b + 3) if j != drop]
     for mode in ("keep", "remove", "corrected"):
-        masked = hard_negative_softmax_loss(
+        masked = hn_loss(
             q, c, false_negative_mask=fn, positive_in_denominator=mode
         )
-        deleted = hard_negative_softmax_loss(q, c[keep], positive_in_denominator=mode)
+        deleted = hn_loss(q, c[keep], positive_in_denominator=mode)
         assert torch.allclose(masked, deleted, atol=1e-12)
 
 
@@ -348,7 +370,7 @@ def test_decoupled_against_loop_with_masks():
     q, c = randn(5, 4, seed=17), randn(8, 4, seed=18)
     ids = torch.tensor([0, 1, 0, 2, 3, 4, 1, 5])
     log_q = randn(8, seed=19)
-    loss = hard_negative_softmax_loss(
+    loss = hn_loss(
         q, c, candidate_ids=ids, log_q=log_q, positive_in_denominator="remove", reduction="none"
     )
     logits = q @ c.T - log_q
@@ -375,7 +397,7 @@ def test_dclw_against_reference_formula():
     cand = torch.cat([z2, z1])
     fn = torch.zeros(6, 12, dtype=torch.bool)
     fn[torch.arange(6), torch.arange(6) + 6] = True
-    ours = hard_negative_softmax_loss(
+    ours = hn_loss(
         z1,
         cand,
         temperature=tau,
@@ -393,7 +415,7 @@ def test_corrected_logq_against_loop():
     q, c = randn(5, 4, seed=22), randn(7, 4, seed=23)
     log_q = randn(7, seed=24)
     tau = 0.8
-    loss = hard_negative_softmax_loss(
+    loss = hn_loss(
         q, c, log_q=log_q, temperature=tau, positive_in_denominator="corrected", reduction="none"
     )
     s = q @ c.T
@@ -431,11 +453,11 @@ def test_decoupled_rows_without_negatives_are_left_out():
     q, c = randn(3, 2, seed=27), randn(3, 2, seed=28)
     fn = torch.zeros(3, 3, dtype=torch.bool)
     fn[0, 1:] = True  # row 0 has no negative left
-    per_row = hard_negative_softmax_loss(
+    per_row = hn_loss(
         q, c, false_negative_mask=fn, positive_in_denominator="remove", reduction="none"
     )
     assert float(per_row[0]) == 0.0
-    mean = hard_negative_softmax_loss(
+    mean = hn_loss(
         q, c, false_negative_mask=fn, positive_in_denominator="remove"
     )
     assert torch.allclose(mean, per_row[1:].mean())
@@ -444,14 +466,16 @@ def test_decoupled_rows_without_negatives_are_left_out():
 # ---------------------------------------------------------------- several positives
 
 
-@pytest.mark.parametrize("variant", ["out", "in"])
+@pytest.mark.parametrize("variant", ["out", "in", "pairwise"])
 def test_multi_positive_equals_supcon(variant):
     emb = randn(12, 5, seed=29)
     labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 2, 1, 0, 4, 2])
     z = F.normalize(emb, dim=1)
     eye = torch.eye(12, dtype=torch.bool)
     pos = (labels[:, None] == labels[None, :]) & ~eye
-    ours = multi_positive_softmax_loss(z, z, pos, temperature=0.2, variant=variant, mask=eye)
+    ours = multi_positive_softmax_loss(
+        z, CandidateSet(z, torch.arange(12)), pos, temperature=0.2, variant=variant, removed=eye
+    )
     ref = supcon_loss(emb, labels, temperature=0.2, variant=variant)
     assert torch.allclose(ours, ref, atol=1e-12)
 
@@ -496,12 +520,12 @@ def test_defaults_equal_the_in_batch_softmax():
         {"candidate_ids": ids, "log_q": log_q, "temperature": 0.3},
     ):
         assert torch.allclose(
-            hard_negative_softmax_loss(q, c, **kw), in_batch_softmax_loss(q, c, **kw), atol=1e-12
+            hn_loss(q, c, **kw), one_matrix(in_batch_softmax_loss, q, c, **kw), atol=1e-12
         )
     module = HardNegativeSoftmaxLoss(temperature=0.3)
     assert torch.allclose(
-        module(q, c, candidate_ids=ids, log_q=log_q),
-        in_batch_softmax_loss(q, c, candidate_ids=ids, log_q=log_q, temperature=0.3),
+        module(q, *sets(q, c, ids, log_q)),
+        one_matrix(in_batch_softmax_loss, q, c, candidate_ids=ids, log_q=log_q, temperature=0.3),
         atol=1e-12,
     )
     assert "temperature=0.3" in repr(module)
@@ -510,7 +534,7 @@ def test_defaults_equal_the_in_batch_softmax():
 def test_half_precision_is_computed_in_float32():
     q, c = randn(4, 3, seed=34, dtype=torch.float16), randn(4, 3, seed=35, dtype=torch.float16)
     for mode in ("keep", "remove", "corrected"):
-        out = hard_negative_softmax_loss(
+        out = hn_loss(
             q, c, positive_in_denominator=mode, hardness_alpha=5.0, num_hard_negatives=2
         )
         assert out.dtype == torch.float32 and torch.isfinite(out)
@@ -528,14 +552,14 @@ def test_gradcheck_modes_without_stop_gradient():
         {"tau_plus": 0.1, "beta": 1.0},
         {"num_hard_negatives": 2, "log_q": log_q},
     ):
-        assert torch.autograd.gradcheck(lambda a, b: hard_negative_softmax_loss(a, b, **kw), (q, c))
+        assert torch.autograd.gradcheck(lambda a, b: hn_loss(a, b, **kw), (q, c))
 
 
 def test_hardness_gradient_treats_the_weight_as_a_constant():
     q0, c0 = randn(4, 3, seed=44), randn(4, 3, seed=45)
     alpha = 6.0
     q1, c1 = q0.clone().requires_grad_(), c0.clone().requires_grad_()
-    hard_negative_softmax_loss(q1, c1, hardness_alpha=alpha).backward()
+    hn_loss(q1, c1, hardness_alpha=alpha).backward()
     bonus = alpha * (q0 @ c0.T)
     bonus.fill_diagonal_(0.0)
     q2, c2 = q0.clone().requires_grad_(), c0.clone().requires_grad_()
@@ -546,9 +570,9 @@ def test_hardness_gradient_treats_the_weight_as_a_constant():
 
 def test_in_batch_logits_is_the_first_step():
     q, c = randn(3, 2, seed=39), randn(5, 2, seed=40)
-    logits = in_batch_logits(q, c, temperature=0.5)
+    logits = one_matrix(in_batch_logits, q, c, temperature=0.5)
     kept, _ = hard_negative_mining(logits, num_hard_negatives=1, positive_columns=torch.arange(3))
-    direct = hard_negative_softmax_loss(q, c, temperature=0.5, num_hard_negatives=1)
+    direct = hn_loss(q, c, temperature=0.5, num_hard_negatives=1)
     assert torch.allclose(direct, positive_column_cross_entropy(kept, 0).mean(), atol=1e-12)
 
 
@@ -563,9 +587,10 @@ def test_in_batch_logits_is_the_first_step():
         ({"tau_plus": 0.1, "positive_in_denominator": "remove"}, "tau_plus and beta"),
         ({"tau_plus": 1.0}, "tau_plus must lie in"),
         ({"beta": -1.0}, "beta must be >= 0"),
-        ({"hardness_alpha": -1.0}, "alpha must be >= 0"),
+        ({"hardness_alpha": -1.0}, "hardness_alpha must be >= 0"),
+        ({"hardness_alpha": float("nan")}, "hardness_alpha must be >= 0"),
+        ({"dclw_sigma": 0.0, "positive_in_denominator": "remove"}, "dclw_sigma must be > 0"),
         ({"num_hard_negatives": -1}, "num_hard_negatives must be >= 0"),
-        ({"remove_accidental_hits": True}, "candidate_ids are needed"),
         ({"false_negative_mask": torch.zeros(3, 3)}, "false_negative_mask must be a bool"),
         (
             {"false_negative_mask": torch.zeros(2, 3, dtype=torch.bool)},
@@ -578,7 +603,7 @@ def test_in_batch_logits_is_the_first_step():
 def test_bad_input_names_the_argument(kwargs, message):
     q, c = randn(3, 2, seed=41), randn(3, 2, seed=42)
     with pytest.raises(ValueError, match=message):
-        hard_negative_softmax_loss(q, c, **kwargs)
+        hn_loss(q, c, **kwargs)
 
 
 def test_bad_input_of_the_steps():

@@ -20,7 +20,13 @@ import pytest
 import torch
 
 import candidate_sampling
-from candidate_sampling.sampling.frequency import inclusion_probability, item_counts, mixed_log_q
+from candidate_sampling import CandidateSet
+from candidate_sampling.sampling.frequency import (
+    inclusion_probability,
+    item_counts,
+    log_expected_count,
+    mixed_log_q,
+)
 from candidate_sampling.losses import (
     InfoNCELoss,
     NTXentLoss,
@@ -44,7 +50,6 @@ from candidate_sampling.sampling.samplers import (
     UniformSampler,
     UnigramSampler,
     build_alias_table,
-    log_expected_count,
 )
 
 D64 = torch.float64
@@ -98,12 +103,13 @@ def not_a_value_error(call: Callable[[], object]) -> None:
 def test_out_of_range_ids_are_not_checked_with_validation_off():
     logits = torch.randn(2, 3)
     bad_ids = torch.tensor([0, 3])
-    query, classes = torch.randn(2, 4), torch.randn(5, 4)
-    draw = (torch.tensor([1, 7]), torch.zeros(2), torch.zeros(2))
+    classes = torch.randn(5, 4)
     with pytest.raises(ValueError, match="positive_ids must lie in"):
         softmax_cross_entropy(logits, bad_ids)
-    with pytest.raises(ValueError, match="sampled_ids must lie in"):
-        sampled_softmax_loss(query, classes, torch.tensor([0, 1]), draw)
+    with pytest.raises(ValueError, match="ids must lie in"):
+        CandidateSet.from_ids(torch.tensor([1, 7]), classes)
+    with pytest.raises(ValueError, match="ids must be >= 0"):
+        CandidateSet(classes[:2], torch.tensor([1, -7]))
     with pytest.raises(ValueError, match="ids must lie in"):
         item_counts(torch.tensor([0, 5]), 3)
     with pytest.raises(ValueError, match="probs must lie in"):
@@ -112,7 +118,8 @@ def test_out_of_range_ids_are_not_checked_with_validation_off():
         positive_column_cross_entropy(logits, torch.tensor([0, 7]))
     with candidate_sampling.validate_args(False):
         not_a_value_error(lambda: softmax_cross_entropy(logits, bad_ids))
-        not_a_value_error(lambda: sampled_softmax_loss(query, classes, torch.tensor([0, 1]), draw))
+        not_a_value_error(lambda: CandidateSet.from_ids(torch.tensor([1, 7]), classes))
+        assert CandidateSet(classes[:2], torch.tensor([1, -7])).ids[1] == -7
         not_a_value_error(lambda: positive_column_cross_entropy(logits, torch.tensor([0, 7])))
         # pure value checks: without them the call goes through
         assert item_counts(torch.tensor([0, 5]), 3).shape == (6,)
@@ -121,16 +128,17 @@ def test_out_of_range_ids_are_not_checked_with_validation_off():
 
 def test_shape_and_dtype_errors_still_raise_with_validation_off():
     query, classes = torch.randn(2, 4), torch.randn(5, 4)
-    draw = (torch.tensor([1, 3]), torch.zeros(2), torch.zeros(2))
+    positives = CandidateSet.from_ids(torch.tensor([0, 1]), classes)
+    sampled = CandidateSet.from_ids(torch.tensor([1, 3]), classes)
     with candidate_sampling.validate_args(False):
         with pytest.raises(ValueError, match="batch size"):
             softmax_cross_entropy(torch.randn(2, 3), torch.tensor([0]))
         with pytest.raises(ValueError, match="positive_ids must be an integer"):
             softmax_cross_entropy(torch.randn(2, 3), torch.tensor([0.0, 1.0]))
-        with pytest.raises(ValueError, match="embedding dimension"):
-            sampled_softmax_loss(query[:, :3], classes, torch.tensor([0, 1]), draw)
-        with pytest.raises(ValueError, match="candidates must have at least"):
-            in_batch_softmax_loss(torch.randn(3, 2), torch.randn(2, 2))
+        with pytest.raises(ValueError, match="embedding size d"):
+            sampled_softmax_loss(query[:, :3], positives, sampled)
+        with pytest.raises(ValueError, match=r"positives must have B = 3 columns"):
+            in_batch_softmax_loss(torch.randn(3, 4), positives)
         with pytest.raises(ValueError, match="logits must have shape"):
             positive_column_cross_entropy(torch.randn(3), 0)
         with pytest.raises(ValueError, match="positive_columns must be an integer"):
@@ -151,9 +159,18 @@ def sampled_problem(seed=0):
         "query": torch.randn(3, 4, generator=g, dtype=D64),
         "classes": torch.randn(8, 4, generator=g, dtype=D64),
         "positive_ids": positive_ids,
-        "draw": (torch.tensor([1, 3, 6]), torch.full((3,), -1.1), torch.full((3,), -0.7)),
         "class_bias": torch.randn(8, generator=g, dtype=D64),
     }
+
+
+SAMPLED = torch.tensor([1, 3, 6])
+
+
+def sampled_call(fn, query, classes, positive_ids, class_bias, **options):
+    """``fn`` with the positives (log Q −0.7) and the draw (ids 1, 3, 6; log Q −1.1)."""
+    positives = CandidateSet.from_ids(positive_ids, classes, log_q=-0.7, class_bias=class_bias)
+    sampled = CandidateSet.from_ids(SAMPLED, classes, log_q=-1.1, class_bias=class_bias)
+    return fn(query, positives, sampled, **options)
 
 
 def as_dtypes(inputs, **dtypes):
@@ -181,9 +198,10 @@ def test_sampled_losses_promote_mixed_dtypes(fn, mix):
         k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
         for k, v in mixed.items()
     }  # the same (rounded) values, all in float64
-    out = fn(**mixed, temperature=0.5)
+    out = sampled_call(fn, **mixed, temperature=0.5)
     assert out.dtype == D64
-    torch.testing.assert_close(out, fn(**all64, temperature=0.5), rtol=1e-12, atol=1e-12)
+    want = sampled_call(fn, **all64, temperature=0.5)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("fn", [sampled_softmax_from_scores, nce_from_scores])
@@ -204,10 +222,13 @@ def test_in_batch_and_retrieval_losses_promote_mixed_dtypes():
     candidates = torch.randn(6, 3, generator=g).float()
     ids = torch.tensor([0, 1, 0, 2, 5, 1])
     log_q = torch.randn(6, generator=g, dtype=D64)
-    options = {"candidate_ids": ids, "log_q": log_q, "temperature": 0.2}
-    out = in_batch_softmax_loss(query, candidates, **options)
+
+    def sets(c):
+        return CandidateSet(c[:4], ids[:4], log_q[:4]), CandidateSet(c[4:], ids[4:], log_q[4:])
+
+    out = in_batch_softmax_loss(query, *sets(candidates), temperature=0.2)
     assert out.dtype == D64
-    want = in_batch_softmax_loss(query, candidates.double(), **options)
+    want = in_batch_softmax_loss(query, *sets(candidates.double()), temperature=0.2)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=0)
     # RetrievalLoss: float64 queries, float32 positives, a float64 item encoder for extras
     table = torch.randn(10, 3, generator=g, dtype=D64)
@@ -331,22 +352,38 @@ def test_log_expected_count_arguments_are_keyword_only():
         log_expected_count(torch.tensor([0.1]), 3, 3, True)
 
 
-@pytest.mark.parametrize("fn", [sampled_softmax_loss, nce_loss, sampled_logistic_loss])
-def test_draw_without_positive_log_q_asks_for_positive_ids(fn):
+def test_draw_without_positive_log_q_asks_for_positive_ids():
     problem = sampled_problem()
     sampler = UnigramSampler(torch.arange(8, 0, -1).double())
     draw = sampler.sample(3, unique=True, generator=gen(0))  # no positive_ids
     assert draw.positive_log_q is None
-    match = r"subtract_log_q=True.*positive_ids=positive_ids"
-    with pytest.raises(ValueError, match=match):
-        fn(**dict(problem, draw=draw))
-    with pytest.raises(ValueError, match=match):
-        fn(**dict(problem, draw=(draw.ids, draw.log_q, None)))
-    # without the correction the positives' log Q is not needed (sampled logistic always
-    # corrects; negative sampling never does)
-    if fn is not sampled_logistic_loss:
-        assert torch.isfinite(fn(**dict(problem, draw=draw), subtract_log_q=False))
-    assert torch.isfinite(negative_sampling_loss(**dict(problem, draw=draw)))
+    with pytest.raises(ValueError, match=r"without positive_ids.*positive_ids=\.\.\."):
+        CandidateSet.positives_of(problem["positive_ids"], problem["classes"], draw=draw)
+    # without the correction the positives' log Q is not needed
+    positives = CandidateSet.positives_of(
+        problem["positive_ids"], problem["classes"], draw=draw, correct=False
+    )
+    sampled = CandidateSet.from_draw(draw, problem["classes"], correct=False)
+    for fn in (sampled_softmax_loss, nce_loss, negative_sampling_loss):
+        assert torch.isfinite(fn(problem["query"], positives, sampled))
+
+
+def test_draw_made_for_other_positive_ids_is_an_error():
+    problem = sampled_problem()
+    sampler = UnigramSampler(torch.arange(8, 0, -1).double())
+    draw = sampler.sample(3, positive_ids=torch.tensor([0, 3, 5, 1]), generator=gen(0))
+    with pytest.raises(ValueError, match="draw was made for positive_ids of shape"):
+        CandidateSet.positives_of(problem["positive_ids"], problem["classes"], draw=draw)
+
+
+def test_more_positives_than_rows_is_an_error():
+    problem = sampled_problem()
+    positives = CandidateSet.from_ids(torch.tensor([0, 3, 5, 1]), problem["classes"])
+    sampled = CandidateSet.from_ids(SAMPLED, problem["classes"])
+    with pytest.raises(ValueError, match=r"positives must hold B·T columns"):
+        sampled_softmax_loss(problem["query"], positives, sampled)
+    with pytest.raises(ValueError, match=r"positives must have B = 3 columns"):
+        in_batch_softmax_loss(problem["query"], positives, sampled)
 
 
 @pytest.mark.parametrize("bad", [-0.5, 1.01, float("nan"), float("inf")])
@@ -443,10 +480,14 @@ def sampled_case(fn, tau):
             constants={"sampled_log_q": SAMPLED_LOG_Q, "positive_log_q": POSITIVE_LOG_Q},
             call=lambda t: fn(
                 t["query"],
-                t["classes"],
-                POSITIVE_IDS,
-                (SAMPLED_IDS, t["sampled_log_q"], t["positive_log_q"]),
-                class_bias=t["class_bias"],
+                CandidateSet.from_ids(
+                    POSITIVE_IDS, t["classes"], log_q=t["positive_log_q"],
+                    class_bias=t["class_bias"],
+                ),
+                CandidateSet.from_ids(
+                    SAMPLED_IDS, t["classes"], log_q=t["sampled_log_q"],
+                    class_bias=t["class_bias"],
+                ),
                 temperature=tau,
             ),
             magnitude=lambda t: (
@@ -503,7 +544,9 @@ def in_batch_case(tau, extras):
         if not extras:
             return Case(
                 leaves={"query": base["query"], "candidates": base["positives"]},
-                call=lambda t: in_batch_softmax_loss(t["query"], t["candidates"], temperature=tau),
+                call=lambda t: in_batch_softmax_loss(
+                    t["query"], CandidateSet(t["candidates"], POSITIVE_IDS), temperature=tau
+                ),
                 magnitude=lambda t: norms(t["query"]) * norms(t["candidates"]) / tau,
             )
         candidates = torch.cat([base["positives"], base["items"][:NUM_EXTRA]])
@@ -512,9 +555,8 @@ def in_batch_case(tau, extras):
             constants={"log_q": CANDIDATE_LOG_Q},
             call=lambda t: in_batch_softmax_loss(
                 t["query"],
-                t["candidates"],
-                candidate_ids=CANDIDATE_IDS,
-                log_q=t["log_q"],
+                CandidateSet(t["candidates"][:B], CANDIDATE_IDS[:B], t["log_q"][:B]),
+                CandidateSet(t["candidates"][B:], CANDIDATE_IDS[B:], t["log_q"][B:]),
                 temperature=tau,
                 remove_accidental_hits=True,
             ),

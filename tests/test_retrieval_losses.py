@@ -1,8 +1,10 @@
-"""The in-batch softmax over one candidate matrix (chapter 5) against float64 loop references.
+"""The in-batch softmax (chapter 5) against float64 loop references.
 
-Every batch is a dict named after the loss's parameters (``query``, ``candidates``,
-``candidate_ids``, ``log_q``), so a test calls ``in_batch_softmax_loss(**batch)``. The
-first ``B`` candidates are the rows' positives; mixed negatives are extra rows after them.
+Every batch is a dict of plain tensors (``query``, ``candidates``, ``candidate_ids``,
+``log_q``): the first ``B`` candidate rows are the rows' positives, mixed negatives are
+extra rows after them. :func:`in_batch` turns it into the loss's two CandidateSets
+(``positives`` = the first ``B`` columns, ``candidates`` = the rest), so the loop reference
+stays written over one matrix.
 """
 
 import math
@@ -17,6 +19,7 @@ from candidate_sampling.sampling.frequency import (
     item_probabilities,
     mixed_log_q,
 )
+from candidate_sampling import CandidateSet
 from candidate_sampling.losses import (
     RetrievalLoss,
     accidental_hits,
@@ -76,6 +79,36 @@ def make_batch(seed, *, batch_size=6, num_extra=5, dim=4, num_items=5, dtype=D64
     }
 
 
+def as_sets(query, candidates, candidate_ids=None, log_q=None):
+    """(positives, extras) CandidateSets of a one-matrix batch; no ids: distinct ones."""
+    batch = query.shape[0]
+    if candidate_ids is None:
+        candidate_ids = torch.arange(candidates.shape[0])
+    def part(cols):
+        return CandidateSet(
+            candidates[cols], candidate_ids[cols], None if log_q is None else log_q[cols]
+        )
+    extras = part(slice(batch, None)) if candidates.shape[0] > batch else None
+    return part(slice(0, batch)), extras
+
+
+def in_batch(fn, query, candidates, *, candidate_ids=None, log_q=None,
+             remove_accidental_hits=None, **options):
+    """``fn(query, positives, extras, ...)``; hits removed by default when ids are given."""
+    if remove_accidental_hits is None:
+        remove_accidental_hits = candidate_ids is not None
+    positives, extras = as_sets(query, candidates, candidate_ids, log_q)
+    return fn(query, positives, extras, remove_accidental_hits=remove_accidental_hits, **options)
+
+
+def loss_of(*args, **kwargs):
+    return in_batch(in_batch_softmax_loss, *args, **kwargs)
+
+
+def logits_of(*args, **kwargs):
+    return in_batch(in_batch_logits, *args, **kwargs)
+
+
 def without(batch, *names):
     return {k: v for k, v in batch.items() if k not in names}
 
@@ -91,7 +124,7 @@ def test_matches_loop_reference(seed, temperature, remove_accidental_hits, num_e
     """C ≥ B candidates, log Q on every column (the positive's included)."""
     batch = make_batch(seed, num_extra=num_extra)
     options = {"temperature": temperature, "remove_accidental_hits": remove_accidental_hits}
-    got = in_batch_softmax_loss(**batch, **options, reduction="none")
+    got = loss_of(**batch, **options, reduction="none")
     assert got.dtype == D64 and got.shape == (6,)
     assert torch.allclose(got, reference_loss(**batch, **options), rtol=0, atol=1e-10)
 
@@ -99,14 +132,14 @@ def test_matches_loop_reference(seed, temperature, remove_accidental_hits, num_e
 @pytest.mark.parametrize("seed", range(3))
 def test_without_ids_or_log_q_matches_reference(seed):
     batch = make_batch(seed)
-    got = in_batch_softmax_loss(batch["query"], batch["candidates"], reduction="none")
+    got = loss_of(batch["query"], batch["candidates"], reduction="none")
     want = reference_loss(batch["query"], batch["candidates"])
     assert torch.allclose(got, want, rtol=0, atol=1e-10)
 
 
 def test_plain_in_batch_is_cross_entropy_on_the_diagonal():
     batch = make_batch(0, num_extra=0)
-    got = in_batch_softmax_loss(batch["query"], batch["candidates"])
+    got = loss_of(batch["query"], batch["candidates"])
     want = torch.nn.functional.cross_entropy(
         batch["query"] @ batch["candidates"].T, torch.arange(6)
     )
@@ -115,7 +148,7 @@ def test_plain_in_batch_is_cross_entropy_on_the_diagonal():
 
 def test_extra_columns_are_cross_entropy_with_the_positive_in_column_i():
     batch = make_batch(1)
-    got = in_batch_softmax_loss(**without(batch, "candidate_ids"), temperature=0.4)
+    got = loss_of(**without(batch, "candidate_ids"), temperature=0.4)
     logits = batch["query"] @ batch["candidates"].T / 0.4 - batch["log_q"][None]
     want = torch.nn.functional.cross_entropy(logits, torch.arange(6))
     assert torch.allclose(got, want, rtol=0, atol=1e-12)
@@ -125,8 +158,8 @@ def test_extra_columns_are_cross_entropy_with_the_positive_in_column_i():
 def test_no_extras_is_the_same_as_zero_extra_rows(remove_accidental_hits):
     batch = make_batch(1, num_extra=0)
     extra = make_batch(2, num_extra=0)
-    a = in_batch_softmax_loss(**batch, remove_accidental_hits=remove_accidental_hits)
-    b = in_batch_softmax_loss(
+    a = loss_of(**batch, remove_accidental_hits=remove_accidental_hits)
+    b = loss_of(
         batch["query"],
         torch.cat([batch["candidates"], extra["candidates"][:0]]),
         candidate_ids=torch.cat([batch["candidate_ids"], extra["candidate_ids"][:0]]),
@@ -138,9 +171,9 @@ def test_no_extras_is_the_same_as_zero_extra_rows(remove_accidental_hits):
 
 def test_reductions():
     batch = make_batch(3)
-    none = in_batch_softmax_loss(**batch, reduction="none")
-    assert in_batch_softmax_loss(**batch).item() == pytest.approx(none.mean().item(), rel=1e-12)
-    summed = in_batch_softmax_loss(**batch, reduction="sum")
+    none = loss_of(**batch, reduction="none")
+    assert loss_of(**batch).item() == pytest.approx(none.mean().item(), rel=1e-12)
+    summed = loss_of(**batch, reduction="sum")
     assert summed.item() == pytest.approx(none.sum().item(), rel=1e-12)
 
 
@@ -151,9 +184,9 @@ def test_masking_duplicates_equals_removing_them():
     """Row 0's positive (item 7) also sits in columns 2 and 4: masking = deleting them."""
     batch = make_batch(2, num_extra=0)
     batch["candidate_ids"] = torch.tensor([7, 1, 7, 3, 7, 5])
-    full = in_batch_softmax_loss(**batch, reduction="none")
+    full = loss_of(**batch, reduction="none")
     keep = torch.tensor([0, 1, 3, 5])
-    reduced = in_batch_softmax_loss(
+    reduced = loss_of(
         batch["query"][keep],
         batch["candidates"][keep],
         candidate_ids=batch["candidate_ids"][keep],
@@ -167,9 +200,9 @@ def test_masking_duplicates_equals_removing_them():
 def test_accidental_hits_among_extras_are_masked():
     batch = make_batch(3)
     batch["candidate_ids"] = torch.tensor([0, 1, 2, 3, 4, 5, 0, 10, 11, 12, 13])
-    masked = in_batch_softmax_loss(**batch, reduction="none")  # extra 0 is row 0's positive
+    masked = loss_of(**batch, reduction="none")  # extra 0 is row 0's positive
     keep = torch.tensor([0, 1, 2, 3, 4, 5, 7, 8, 9, 10])
-    dropped = in_batch_softmax_loss(
+    dropped = loss_of(
         batch["query"],
         batch["candidates"][keep],
         candidate_ids=batch["candidate_ids"][keep],
@@ -186,35 +219,30 @@ def test_hit_removal_masks_exactly_the_other_columns_holding_the_row_s_positive(
     batch = make_batch(4, batch_size=6, num_extra=6, num_items=4)
     batch["candidate_ids"][:6] = torch.tensor([0, 1, 0, 2, 0, 3])  # duplicates of 0
     batch["candidate_ids"][6:] = torch.tensor([1, 0, 9, 3, 3, 8])  # hits among extras
-    logits = in_batch_logits(**batch, temperature=0.5)
+    logits = logits_of(**batch, temperature=0.5)
     masked = logits == mask_value(logits.dtype)
     ids = batch["candidate_ids"].tolist()
     want = [[j != i and ids[j] == ids[i] for j in range(12)] for i in range(6)]
     assert masked.tolist() == want
     unmasked = batch["query"] @ batch["candidates"].T / 0.5 - batch["log_q"][None]
     assert torch.equal(logits[~masked], unmasked[~masked])
-    off = in_batch_logits(**batch, temperature=0.5, remove_accidental_hits=False)
+    off = logits_of(**batch, temperature=0.5, remove_accidental_hits=False)
     assert torch.equal(off, unmasked)
 
 
-def test_positive_ids_override_the_first_b_candidate_ids():
-    """Masks compare with positive_ids, not candidate_ids[:B], when both are given."""
+def test_positive_ids_come_with_the_positives():
+    """Row i's positive id is positives.ids[i]: no second id vector can disagree with it."""
     batch = make_batch(5, batch_size=4, num_extra=4, num_items=3)
-    batch["candidate_ids"] = torch.tensor([0, 1, 2, 0, 5, 6, 7, 5])
-    positive_ids = torch.tensor([5, 1, 7, 6])
-    got = in_batch_softmax_loss(**batch, positive_ids=positive_ids, reduction="none")
-    want = reference_loss(**batch, positive_ids=positive_ids)
-    assert torch.allclose(got, want, rtol=0, atol=1e-10)
-    default = in_batch_softmax_loss(**batch, reduction="none")
-    assert not torch.allclose(got, default)
-    masked = in_batch_logits(**batch, positive_ids=positive_ids) == mask_value(D64)
-    assert torch.nonzero(masked).tolist() == [[0, 4], [0, 7], [2, 6], [3, 5]]
+    batch["candidate_ids"] = torch.tensor([0, 1, 2, 0, 5, 6, 7, 0])
+    positives, extras = as_sets(**batch)
+    masked = in_batch_logits(batch["query"], positives, extras) == mask_value(D64)
+    assert torch.nonzero(masked).tolist() == [[0, 3], [0, 7], [3, 0], [3, 7]]
 
 
 def test_float16_mask_is_finite():
     batch = make_batch(8, num_extra=3)
     ids = torch.zeros(9, dtype=torch.int64)  # every column is a duplicate of every row
-    loss = in_batch_softmax_loss(
+    loss = loss_of(
         batch["query"].half(), batch["candidates"].half(), candidate_ids=ids, reduction="none"
     )
     assert loss.dtype == torch.float32
@@ -225,10 +253,10 @@ def test_float16_mask_is_finite():
 def test_half_inputs_are_computed_in_float32():
     batch = make_batch(9, dtype=torch.float32)
     q16, v16 = batch["query"].half(), batch["candidates"].half()
-    half = in_batch_softmax_loss(
+    half = loss_of(
         q16, v16, candidate_ids=batch["candidate_ids"], log_q=batch["log_q"], temperature=0.05
     )
-    full = in_batch_softmax_loss(
+    full = loss_of(
         q16.float(),
         v16.float(),
         candidate_ids=batch["candidate_ids"],
@@ -253,11 +281,11 @@ def test_half_inputs_are_computed_in_float32():
 def test_masking_a_column_equals_deleting_it(seed, batch_size, num_extra, num_items, temperature):
     """Row i's loss with hit removal = its loss over the columns that are not its hits."""
     batch = make_batch(seed, batch_size=batch_size, num_extra=num_extra, num_items=num_items)
-    masked = in_batch_softmax_loss(**batch, temperature=temperature, reduction="none")
+    masked = loss_of(**batch, temperature=temperature, reduction="none")
     ids = batch["candidate_ids"]
     for i in range(batch_size):
         keep = [i] + [j for j in range(ids.shape[0]) if j != i and ids[j] != ids[i]]
-        deleted = in_batch_softmax_loss(
+        deleted = loss_of(
             batch["query"][i : i + 1],
             batch["candidates"][keep],
             log_q=batch["log_q"][keep],
@@ -271,9 +299,9 @@ def test_masking_a_column_equals_deleting_it(seed, batch_size, num_extra, num_it
 @given(shift=st.floats(-20, 20), seed=st.integers(0, 50), temperature=st.floats(0.1, 3.0))
 def test_constant_shift_of_log_q_cancels(shift, seed, temperature):
     batch = make_batch(seed)
-    a = in_batch_softmax_loss(**batch, temperature=temperature)
+    a = loss_of(**batch, temperature=temperature)
     shifted = dict(batch, log_q=batch["log_q"] + shift)
-    b = in_batch_softmax_loss(**shifted, temperature=temperature)
+    b = loss_of(**shifted, temperature=temperature)
     assert torch.allclose(a, b, rtol=0, atol=1e-9)
 
 
@@ -306,14 +334,14 @@ def test_temperature_and_logq_order():
     """logit = s/τ − log Q, which differs from (s − log Q)/τ when τ ≠ 1."""
     batch = without(make_batch(4), "candidate_ids")
     tau = 0.2
-    ours = in_batch_softmax_loss(**batch, temperature=tau)
+    ours = loss_of(**batch, temperature=tau)
     scores = batch["query"] @ batch["candidates"].T
     log_q = batch["log_q"][None]
     ce = torch.nn.functional.cross_entropy
     labels = torch.arange(6)
     assert torch.allclose(ours, ce(scores / tau - log_q, labels))
     assert not torch.allclose(ours, ce((scores - log_q) / tau, labels))
-    one = in_batch_softmax_loss(**batch, temperature=1.0)
+    one = loss_of(**batch, temperature=1.0)
     assert torch.allclose(one, ce(scores - log_q, labels))
 
 
@@ -342,7 +370,7 @@ def test_mixture_and_expected_count_give_the_same_loss():
     losses = {}
     for form in ("mixture", "expected_count", "inclusion"):
         log_q = mixed_log_q(q, r, batch_size=6, num_samples=5, form=form).double()
-        losses[form] = in_batch_softmax_loss(**dict(batch, log_q=log_q))
+        losses[form] = loss_of(**dict(batch, log_q=log_q))
     assert torch.allclose(losses["mixture"], losses["expected_count"], atol=1e-6)
     assert not torch.allclose(losses["mixture"], losses["inclusion"], atol=1e-4)
 
@@ -352,7 +380,7 @@ def test_gradcheck():
     batch["candidate_ids"][:4] = torch.tensor([0, 1, 0, 2])
 
     def f(query, candidates):
-        return in_batch_softmax_loss(
+        return loss_of(
             query,
             candidates,
             candidate_ids=batch["candidate_ids"],
@@ -381,12 +409,12 @@ def test_retrieval_loss_modules_and_reductions():
     ids = batch["candidate_ids"]
     module = RetrievalLoss(temperature=0.5, reduction="sum")
     got = module(batch["query"], batch["candidates"], ids)
-    want = in_batch_softmax_loss(
+    want = loss_of(
         batch["query"], batch["candidates"], candidate_ids=ids, temperature=0.5, reduction="none"
     ).sum()
     assert torch.allclose(got, want, rtol=0, atol=1e-12)
     plain = RetrievalLoss(remove_accidental_hits=False)
-    assert plain(batch["query"], batch["candidates"]).shape == ()
+    assert plain(batch["query"], batch["candidates"][:6], ids[:6]).shape == ()
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.5])
@@ -422,7 +450,7 @@ def test_retrieval_loss_with_item_probabilities_and_uniform_extras(temperature):
         "log_q": log_q.float(),
         "temperature": temperature,
     }
-    want = in_batch_softmax_loss(query, table[candidate_ids], **hand_built)
+    want = loss_of(query, table[candidate_ids], **hand_built)
     assert torch.allclose(got, want, rtol=0, atol=1e-12)
     loop = reference_loss(query, table[candidate_ids], **{**hand_built, "log_q": log_q}).mean()
     assert got.item() == pytest.approx(loop.item(), rel=0, abs=1e-6)
@@ -465,8 +493,8 @@ def test_retrieval_loss_with_unique_extras_uses_their_expected_count():
 
 def test_retrieval_loss_with_a_frequency_estimator_updates_and_uses_it():
     table, query, positive_ids, _ = _retrieval_setup(seed=2)
-    estimator = StreamingFrequencyEstimator(20, alpha=0.5, hash_ids=False)
-    twin = StreamingFrequencyEstimator(20, alpha=0.5, hash_ids=False)
+    estimator = StreamingFrequencyEstimator(20, learning_rate=0.5, hash_ids=False)
+    twin = StreamingFrequencyEstimator(20, learning_rate=0.5, hash_ids=False)
     module = RetrievalLoss(temperature=0.7, frequency_estimator=estimator)
     assert module.frequency_estimator is estimator
     batches = [positive_ids, torch.tensor([0, 1, 2, 4, 5, 6]), torch.tensor([0, 3, 8, 9, 1, 0])]
@@ -476,7 +504,7 @@ def test_retrieval_loss_with_a_frequency_estimator_updates_and_uses_it():
         assert estimator.step == step
         assert torch.equal(estimator.gap, twin.gap)
         log_q = torch.log(twin.estimate(ids).double()).float()
-        want = in_batch_softmax_loss(
+        want = loss_of(
             query, table[ids], candidate_ids=ids, log_q=log_q, temperature=0.7
         )
         assert torch.allclose(got, want, rtol=0, atol=1e-12)
@@ -513,7 +541,7 @@ def test_retrieval_loss_errors():
     with pytest.raises(ValueError, match="item_encoder"):
         module(query, table[positive_ids], positive_ids)
     for needs_ids in (RetrievalLoss(), RetrievalLoss(item_probabilities=q), module):
-        with pytest.raises(ValueError, match="positive_ids are needed"):
+        with pytest.raises(TypeError):
             needs_ids(query, table[positive_ids], item_encoder=lambda ids: table[ids])
     with pytest.raises(TypeError):
         module(query, table[positive_ids], positive_ids, lambda ids: table[ids])
@@ -546,33 +574,42 @@ def test_retrieval_loss_repr_lists_its_options():
 
 def test_bad_inputs():
     batch = make_batch(9)
-    q, v = batch["query"], batch["candidates"]
+    q, v, ids, log_q = batch["query"], batch["candidates"], batch["candidate_ids"], batch["log_q"]
+    positives, extras = as_sets(**batch)
     with pytest.raises(ValueError, match="temperature"):
-        in_batch_softmax_loss(**batch, temperature=0.0)
-    with pytest.raises(ValueError, match="at least B = 6 rows"):
-        in_batch_softmax_loss(q, v[:3])  # C < B
+        in_batch_softmax_loss(q, positives, extras, temperature=0.0)
+    with pytest.raises(ValueError, match="positives must have B = 6 columns"):
+        in_batch_softmax_loss(q, positives.select(slice(0, 3)))  # fewer positives than rows
+    with pytest.raises(ValueError, match="positives must have B = 6 columns"):
+        in_batch_softmax_loss(q, CandidateSet(v[:7], ids[:7]))  # B + 1 positives
     with pytest.raises(ValueError, match="embedding size d"):
-        in_batch_softmax_loss(q, v[:, :2])
-    with pytest.raises(ValueError, match="candidate_ids must have shape"):
-        in_batch_softmax_loss(q, v, candidate_ids=batch["candidate_ids"][:6])
-    with pytest.raises(ValueError, match="candidate_ids"):
-        in_batch_softmax_loss(q, v, candidate_ids=torch.zeros(11))
-    with pytest.raises(ValueError, match="candidate_ids are needed"):
-        in_batch_softmax_loss(q, v, remove_accidental_hits=True)
-    with pytest.raises(ValueError, match="positive_ids must have shape"):
-        in_batch_softmax_loss(**batch, positive_ids=batch["candidate_ids"])
+        in_batch_softmax_loss(q[:, :2], positives)
+    with pytest.raises(ValueError, match="positives must be a CandidateSet"):
+        in_batch_softmax_loss(q, v[:6])
+    with pytest.raises(ValueError, match="candidates must be a CandidateSet"):
+        in_batch_softmax_loss(q, positives, v[6:])
+    with pytest.raises(ValueError, match="ids must have shape"):
+        CandidateSet(v, ids[:6])
+    with pytest.raises(ValueError, match="ids must be an integer"):
+        CandidateSet(v, torch.zeros(11))
     with pytest.raises(ValueError, match="log_q must have shape"):
-        in_batch_softmax_loss(q, v, log_q=batch["log_q"][:6])
+        CandidateSet(v, ids, log_q[:6])
     with pytest.raises(ValueError, match="log_q must be finite"):
-        in_batch_softmax_loss(q, v, log_q=torch.full((11,), float("-inf")))
-    nan_log_q = batch["log_q"].clone()
+        CandidateSet(v, ids, torch.full((11,), float("-inf")))
+    nan_log_q = log_q.clone()
     nan_log_q[3] = float("nan")
     with pytest.raises(ValueError, match="log_q must be finite"):
-        in_batch_softmax_loss(**dict(batch, log_q=nan_log_q))
+        CandidateSet(v, ids, nan_log_q)
+    with pytest.raises(ValueError, match="ids must be >= 0"):
+        CandidateSet(v, torch.full((11,), -1))  # a negative id would wrap item_probabilities
     with pytest.raises(ValueError, match="reduction"):
-        in_batch_softmax_loss(q, v, reduction="avg")
+        in_batch_softmax_loss(q, positives, reduction="avg")
+    with pytest.raises(ValueError, match="repeated_hits"):
+        in_batch_softmax_loss(q, positives, repeated_hits="first")
+    with pytest.raises(ValueError, match="sample_weight must have shape"):
+        in_batch_softmax_loss(q, positives, sample_weight=torch.ones(5, dtype=D64))
     with pytest.raises(TypeError):
-        in_batch_softmax_loss(q, v, batch["candidate_ids"])  # options are keyword-only
+        in_batch_softmax_loss(q, positives, extras, 0.5)  # options are keyword-only
     with pytest.raises(ValueError, match="form"):
         mixed_log_q(torch.rand(3), torch.rand(3), batch_size=4, num_samples=2, form="uniform")
     with pytest.raises(ValueError, match="batch_probs must lie"):

@@ -1,7 +1,7 @@
 """Tests of the sampled losses: loop references in float64, gradcheck, invariants, bad input.
 
 Inputs are dicts named after the losses' parameters, so a test calls
-``sampled_softmax_from_scores(**scores)`` or ``sampled_softmax_loss(**problem, draw=draw)``.
+``sampled_softmax_from_scores(**scores)`` or ``via_sets(sampled_softmax_loss, **problem, draw=draw)``.
 The loop references implement TensorFlow's semantics (``_compute_sampled_logits``,
 ``sampled_softmax_loss``, ``nce_loss``), including ``num_true = T > 1``: each of the ``T``
 true columns is labelled ``1/T``, a sampled id equal to *any* true id of its row is an
@@ -29,11 +29,12 @@ from candidate_sampling.losses import (
     nce_loss,
     negative_sampling_loss,
     sampled_logistic_loss,
-    sampled_scores,
     sampled_softmax_from_scores,
     sampled_softmax_loss,
     softmax_cross_entropy,
 )
+from candidate_sampling import CandidateSet
+from candidate_sampling.losses import score, score_positives
 from candidate_sampling.sampling.samplers import LogUniformSampler, UniformSampler, UnigramSampler
 
 D64 = torch.float64
@@ -80,6 +81,32 @@ def make_problem(seed, *, batch_size=6, num_classes=30, dim=4, num_true=None):
         "class_bias": class_bias,
         "positive_ids": positive_ids,
     }
+
+
+def sets_of(classes, positive_ids, draw, class_bias=None, subtract_log_q=True, sparse=False):
+    """The two CandidateSets of a sampled loss: each row's positive(s) and the draw.
+
+    ``draw``: a CandidateDraw (made with ``positive_ids``) or a tuple
+    ``(sampled_ids, sampled_log_q, positive_log_q)``."""
+    options = {"class_bias": class_bias, "sparse": sparse}
+    if isinstance(draw, tuple):
+        ids, sampled_lq, pos_lq = draw
+        if not subtract_log_q:
+            sampled_lq = pos_lq = None
+        flat = None if pos_lq is None else pos_lq.reshape(-1)
+        positives = CandidateSet.from_ids(positive_ids.reshape(-1), classes, log_q=flat, **options)
+        return positives, CandidateSet.from_ids(ids, classes, log_q=sampled_lq, **options)
+    positives = CandidateSet.positives_of(
+        positive_ids, classes, draw=draw, correct=subtract_log_q, **options
+    )
+    return positives, CandidateSet.from_draw(draw, classes, correct=subtract_log_q, **options)
+
+
+def via_sets(fn, *, query, classes, positive_ids, draw, class_bias=None,
+             subtract_log_q=True, sparse=False, **options):
+    """``fn(query, positives, candidates)`` with the sets of :func:`sets_of`."""
+    positives, candidates = sets_of(classes, positive_ids, draw, class_bias, subtract_log_q, sparse)
+    return fn(query, positives, candidates, **options)
 
 
 def without(inputs, *names):
@@ -304,26 +331,30 @@ def test_sampled_softmax_loss_matches_loop(unique, remove_hits):
     tau = 0.7
     ref = ref_embedding_loss("softmax", problem, as_tuple(draw), tau, remove_hits)
     options = {"temperature": tau, "remove_accidental_hits": remove_hits, "reduction": "none"}
-    out = sampled_softmax_loss(**problem, draw=draw, **options)
+    out = via_sets(sampled_softmax_loss, **problem, draw=draw, **options)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     # the tuple form of the draw gives the same loss
-    torch.testing.assert_close(out, sampled_softmax_loss(**problem, draw=as_tuple(draw), **options))
+    torch.testing.assert_close(out, via_sets(sampled_softmax_loss, **problem, draw=as_tuple(draw), **options))
 
 
-def test_sampled_scores_and_sparse_gradient():
+def test_scores_of_the_sets_and_sparse_gradient():
     problem = make_problem(6)
     query, classes, bias, pos_ids = (
         problem[k] for k in ("query", "classes", "class_bias", "positive_ids")
     )
     sampled = torch.tensor([3, 7, 7, 29])
-    pos, neg = sampled_scores(query, classes, pos_ids, sampled, class_bias=bias)
-    torch.testing.assert_close(pos, (query * classes[pos_ids]).sum(-1) + bias[pos_ids])
+    positives = CandidateSet.from_ids(pos_ids, classes, class_bias=bias)
+    candidates = CandidateSet.from_ids(sampled, classes, class_bias=bias)
+    pos, neg = score_positives(query, positives), score(query, candidates)
+    torch.testing.assert_close(pos[:, 0], (query * classes[pos_ids]).sum(-1) + bias[pos_ids])
     torch.testing.assert_close(neg, query @ classes[sampled].T + bias[sampled])
     dense_w = classes.clone().requires_grad_(True)
     sparse_w = classes.clone().requires_grad_(True)
     draw = (sampled, torch.zeros(4, dtype=D64), torch.zeros(6, dtype=D64))
-    sampled_softmax_loss(query, dense_w, pos_ids, draw, class_bias=bias).backward()
-    sampled_softmax_loss(query, sparse_w, pos_ids, draw, class_bias=bias, sparse=True).backward()
+    via_sets(sampled_softmax_loss, query=query, classes=dense_w, positive_ids=pos_ids,
+             draw=draw, class_bias=bias).backward()
+    via_sets(sampled_softmax_loss, query=query, classes=sparse_w, positive_ids=pos_ids,
+             draw=draw, class_bias=bias, sparse=True).backward()
     assert sparse_w.grad.is_sparse
     torch.testing.assert_close(sparse_w.grad.to_dense(), dense_w.grad)
     untouched = sorted(set(range(30)) - set(sampled.tolist()) - set(pos_ids.tolist()))
@@ -361,7 +392,8 @@ def test_multi_positive_losses_match_tf_semantics(kind, remove_hits, subtract_lo
     # hits on a true id other than the row's first: TF masks those too
     assert bool((problem["positive_ids"][:, 1:, None] == draw.ids).any())
     fn = sampled_softmax_loss if kind == "softmax" else nce_loss
-    out = fn(
+    out = via_sets(
+        fn,
         **problem,
         draw=draw,
         temperature=tau,
@@ -417,7 +449,7 @@ def test_modules_accept_multi_positive_ids(cls):
     out = module(**problem, generator=gen(4))
     assert module.last_draw.positive_log_q.shape == (6, 2)
     fn = sampled_softmax_loss if cls is SampledSoftmaxLoss else nce_loss
-    torch.testing.assert_close(out, fn(**problem, draw=module.last_draw, temperature=0.5))
+    torch.testing.assert_close(out, via_sets(fn, **problem, draw=module.last_draw, temperature=0.5))
 
 
 # --------------------------------------------------------------------------- item encoders
@@ -445,10 +477,10 @@ def test_item_encoder_equals_the_table_path(encoder_name, fn, num_true):
         9, unique=True, generator=gen(5), positive_ids=problem["positive_ids"]
     )
     query = problem["query"].clone().requires_grad_(True)
-    with_encoder = fn(**dict(problem, query=query), classes=encoder, draw=draw, temperature=0.6)
+    with_encoder = via_sets(fn, **dict(problem, query=query), classes=encoder, draw=draw, temperature=0.6)
     (grad_encoder,) = torch.autograd.grad(with_encoder, query)
     table = encoder(torch.arange(30)).detach()  # every item encoded: the class table
-    with_table = fn(**dict(problem, query=query), classes=table, draw=draw, temperature=0.6)
+    with_table = via_sets(fn, **dict(problem, query=query), classes=table, draw=draw, temperature=0.6)
     (grad_table,) = torch.autograd.grad(with_table, query)
     torch.testing.assert_close(with_encoder, with_table, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(grad_encoder, grad_table, rtol=1e-12, atol=1e-12)
@@ -458,7 +490,7 @@ def test_item_encoder_gets_gradients_only_for_the_ids_it_encoded():
     encoder = encoders()["embedding"]
     problem = without(make_problem(25), "classes", "class_bias")
     draw = UniformSampler(30).sample(5, generator=gen(6), positive_ids=problem["positive_ids"])
-    sampled_softmax_loss(**problem, classes=encoder, draw=draw).backward()
+    via_sets(sampled_softmax_loss, **problem, classes=encoder, draw=draw).backward()
     used = set(problem["positive_ids"].tolist()) | set(draw.ids.tolist())
     unused = sorted(set(range(30)) - used)
     assert bool((encoder.weight.grad[unused] == 0).all())
@@ -474,7 +506,7 @@ def test_module_forward_with_an_item_encoder(cls):
     fn = sampled_softmax_loss if cls is SampledSoftmaxLoss else nce_loss
     table = encoder(torch.arange(30))
     torch.testing.assert_close(
-        out, fn(**problem, classes=table, draw=module.last_draw, temperature=0.5)
+        out, via_sets(fn, **problem, classes=table, draw=module.last_draw, temperature=0.5)
     )
     ref_kind = "softmax" if cls is SampledSoftmaxLoss else "nce"
     remove_hits = cls is SampledSoftmaxLoss  # TF's defaults
@@ -520,28 +552,33 @@ def test_nce_variants_follow_tfs_table():
     draw_lq = torch.full((5,), math.log(5 / 30), dtype=D64)
     pos_lq = torch.full((6,), math.log(5 / 30), dtype=D64)
     draw = (draw_ids, draw_lq, pos_lq)
-    pos, neg = sampled_scores(
-        problem["query"], problem["classes"], pos_ids, draw_ids, class_bias=problem["class_bias"]
+    pos = score_positives(
+        problem["query"],
+        CandidateSet.from_ids(pos_ids, problem["classes"], class_bias=problem["class_bias"]),
+    )[:, 0]
+    neg = score(
+        problem["query"],
+        CandidateSet.from_ids(draw_ids, problem["classes"], class_bias=problem["class_bias"]),
     )
     hits = pos_ids[:, None] == draw_ids[None, :]
     assert bool(hits.any())
     corrections = {"positive_log_q": pos_lq, "negative_log_q": draw_lq}
     # NCE: hits kept (TF's default), log expected counts subtracted
     torch.testing.assert_close(
-        nce_loss(**problem, draw=draw), nce_from_scores(pos, neg, **corrections)
+        via_sets(nce_loss, **problem, draw=draw), nce_from_scores(pos, neg, **corrections)
     )
     # sampled logistic: hits removed
     torch.testing.assert_close(
-        sampled_logistic_loss(**problem, draw=draw),
+        via_sets(sampled_logistic_loss, **problem, draw=draw),
         nce_from_scores(pos, neg, **corrections, mask=hits),
     )
     # negative sampling: no correction
     torch.testing.assert_close(
-        negative_sampling_loss(**problem, draw=draw), nce_from_scores(pos, neg)
+        via_sets(negative_sampling_loss, **problem, draw=draw), nce_from_scores(pos, neg)
     )
     # the CandidateDraw form works too
     d = UniformSampler(30).sample(4, unique=True, generator=gen(0), positive_ids=pos_ids)
-    assert torch.isfinite(nce_loss(**problem, draw=d))
+    assert torch.isfinite(via_sets(nce_loss, **problem, draw=d))
 
 
 # --------------------------------------------------------------------------- gradcheck
@@ -579,7 +616,11 @@ def test_gradcheck_embedding_level(num_true):
     )
     for fn in (sampled_softmax_loss, nce_loss):
         assert torch.autograd.gradcheck(
-            lambda q, w, b, fn=fn: fn(q, w, pos_ids, draw, class_bias=b, temperature=0.5), args
+            lambda q, w, b, fn=fn: via_sets(
+                fn, query=q, classes=w, positive_ids=pos_ids, draw=draw, class_bias=b,
+                temperature=0.5,
+            ),
+            args,
         )
 
 
@@ -591,7 +632,7 @@ def test_gradcheck_embedding_level(num_true):
 def test_every_class_sampled_once_without_correction_is_the_full_softmax(v, b, seed):
     problem = make_problem(seed, batch_size=b, num_classes=v, dim=3)
     draw = UniformSampler(v).sample(v, unique=True, generator=gen(seed))  # a permutation of V
-    sampled = sampled_softmax_loss(**problem, draw=draw, subtract_log_q=False)
+    sampled = via_sets(sampled_softmax_loss, **problem, draw=draw, subtract_log_q=False)
     logits = problem["query"] @ problem["classes"].T + problem["class_bias"]
     full = softmax_cross_entropy(logits, problem["positive_ids"])
     torch.testing.assert_close(sampled, full)
@@ -654,7 +695,10 @@ def test_only_the_positive_left_gives_zero_loss_and_no_nan(dtype):
     query = torch.randn(2, 3).to(dtype)
     classes = torch.randn(5, 3).to(dtype)
     draw = (torch.tensor([4, 4, 4]), torch.zeros(3, dtype=dtype), torch.zeros(2, dtype=dtype))
-    out = sampled_softmax_loss(query, classes, torch.tensor([4, 4]), draw, reduction="none")
+    out = via_sets(
+        sampled_softmax_loss, query=query, classes=classes, positive_ids=torch.tensor([4, 4]),
+        draw=draw, reduction="none",
+    )
     assert torch.equal(out, torch.zeros(2))
 
 
@@ -702,7 +746,7 @@ def test_modules_draw_then_call_the_functional(cls, fn):
     draw = module.last_draw
     assert draw.ids.shape == (8,) and draw.unique
     assert draw.positive_log_q.shape == (6,)
-    torch.testing.assert_close(out, fn(**problem, draw=draw, temperature=0.5))
+    torch.testing.assert_close(out, via_sets(fn, **problem, draw=draw, temperature=0.5))
     again = module(**problem, generator=gen(3))
     torch.testing.assert_close(out, again)
 
@@ -771,44 +815,46 @@ def test_bad_inputs_scores_level():
 
 def test_bad_inputs_embedding_level():
     problem = make_problem(14, batch_size=3, num_classes=10, dim=4)
-    query = problem["query"]
-    good = (torch.tensor([1, 2]), torch.zeros(2, dtype=D64), torch.zeros(3, dtype=D64))
+    query, classes = problem["query"], problem["classes"]
+    positives = CandidateSet.from_ids(problem["positive_ids"], classes, log_q=0.0)
+    sampled = CandidateSet.from_ids(torch.tensor([1, 2]), classes, log_q=0.0)
     for fn in (sampled_softmax_loss, nce_loss, sampled_logistic_loss, negative_sampling_loss):
-        with pytest.raises(ValueError, match="positive_ids"):
-            fn(**dict(problem, positive_ids=torch.tensor([0, 1, 10])), draw=good)
-        with pytest.raises(ValueError, match="positive_ids"):
-            fn(**dict(problem, positive_ids=torch.tensor([0.0, 1.0, 2.0])), draw=good)
-        with pytest.raises(ValueError, match="sampled_ids"):
-            fn(**problem, draw=(torch.tensor([1, 10]),) + good[1:])
-        with pytest.raises(ValueError, match="embedding dimension"):
-            fn(**dict(problem, query=query[:, :3]), draw=good)
-        with pytest.raises(ValueError, match="batch size"):
-            fn(**dict(problem, query=query[:2]), draw=good)
-        with pytest.raises(ValueError, match="class_bias"):
-            fn(**dict(problem, class_bias=problem["class_bias"][:5]), draw=good)
-        with pytest.raises(ValueError, match="draw"):
-            fn(**problem, draw=good[:2])
-        with pytest.raises(ValueError, match="sampled_log_q"):
-            fn(**problem, draw=(good[0], torch.zeros(3, dtype=D64), good[2]))
+        with pytest.raises(ValueError, match="embedding size d"):
+            fn(query[:, :3], positives, sampled)
+        with pytest.raises(ValueError, match="positives must hold B·T columns"):
+            fn(query[:2], positives, sampled)
+        with pytest.raises(ValueError, match="positives must be a CandidateSet"):
+            fn(query, classes[:3], sampled)  # a bare tensor is not a set
+        with pytest.raises(ValueError, match="candidates must be a CandidateSet"):
+            fn(query, positives, classes[:2])
         with pytest.raises(ValueError, match="must not be empty"):
-            fn(
-                **dict(problem, query=query[:0], positive_ids=problem["positive_ids"][:0]),
-                draw=(good[0], good[1], good[2][:0]),
-            )
-        with pytest.raises(ValueError, match="classes"):
-            fn(**dict(problem, classes="item tower"), draw=good)
-        with pytest.raises(ValueError, match="item encoder"):
-            fn(**dict(problem, classes=lambda ids: torch.zeros(len(ids), 3)), draw=good)
+            fn(query[:0], positives, sampled)
+        with pytest.raises(ValueError, match="temperature must be a float or a Temperature"):
+            fn(query, positives, sampled, temperature=torch.tensor(0.5))
+        with pytest.raises(ValueError, match="sample_weight must have shape"):
+            fn(query, positives, sampled, sample_weight=torch.ones(2, dtype=D64))
+        with pytest.raises(ValueError, match="sample_weight must be finite and >= 0"):
+            fn(query, positives, sampled, sample_weight=torch.tensor([1.0, -1.0, 1.0]))
         with pytest.raises(TypeError):
-            fn(query, problem["classes"], problem["positive_ids"], good, problem["class_bias"])
-    with pytest.raises(ValueError, match="positive_log_q"):
-        # the draw's positive_log_q must have positive_ids' shape
-        sampled_softmax_loss(**problem, draw=(good[0], good[1], torch.zeros(3, 1, dtype=D64)))
+            fn(query, positives, sampled, 1.0)  # options are keyword-only
+    per_row = CandidateSet(sampled.embeddings, sampled.ids, torch.zeros(4, 2, dtype=D64))
+    with pytest.raises(ValueError, match="per-row log_q / mask must have B = 3 rows"):
+        sampled_softmax_loss(query, positives, per_row)
+    with pytest.raises(ValueError, match="repeated_hits must be one of"):
+        sampled_softmax_loss(query, positives, sampled, repeated_hits="first")
+    with pytest.raises(ValueError, match="ids must lie in"):
+        CandidateSet.from_ids(torch.tensor([0, 1, 10]), classes)
+    with pytest.raises(ValueError, match="class_bias must have shape"):
+        CandidateSet.from_ids(torch.tensor([0, 1]), classes, class_bias=torch.zeros(2, 1))
+    with pytest.raises(ValueError, match="classes must be a class table"):
+        CandidateSet.from_ids(torch.tensor([0, 1]), "item tower")
+    with pytest.raises(ValueError, match="item encoder"):
+        CandidateSet.from_ids(torch.tensor([0, 1]), lambda ids: torch.zeros(len(ids) + 1, 3))
     # a true id that the proposal cannot draw has log Q = -inf: refused, not NaN
     sampler = UniformSampler(10, exclude=[0])
     draw = sampler.sample(3, generator=gen(0), positive_ids=torch.tensor([0, 1, 2]))
-    with pytest.raises(ValueError, match="positive_log_q"):
-        sampled_softmax_loss(**dict(problem, positive_ids=torch.tensor([0, 1, 2])), draw=draw)
+    with pytest.raises(ValueError, match="positive_log_q is -inf"):
+        CandidateSet.positives_of(torch.tensor([0, 1, 2]), classes, draw=draw)
     with pytest.raises(ValueError, match="num_samples"):
         SampledSoftmaxLoss(sampler, num_samples=0)
     with pytest.raises(ValueError, match="num_samples"):

@@ -9,10 +9,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from candidate_sampling.losses import in_batch_softmax_loss, nce_from_scores
+from candidate_sampling import CandidateSet
+from candidate_sampling.losses import Temperature, in_batch_softmax_loss, nce_from_scores
 from candidate_sampling.losses.sigmoid import (
     SIGLIP_BIAS_INIT,
-    SIGLIP_LOG_SCALE_INIT,
+    SIGLIP_SCALE_INIT,
     SigmoidPairwiseLoss,
     sigmoid_pairwise_logits,
     sigmoid_pairwise_loss,
@@ -38,6 +39,28 @@ def brute_force(query, candidates, *, temperature, bias, log_q=None, ids=None):
     return torch.stack(rows)
 
 
+def as_sets(query, candidates, candidate_ids=None, log_q=None):
+    """(positives, extras) of a one-matrix batch (row i's positive = candidate i)."""
+    b = query.shape[0]
+    ids = torch.arange(candidates.shape[0]) if candidate_ids is None else candidate_ids
+
+    def part(cols):
+        return CandidateSet(candidates[cols], ids[cols], None if log_q is None else log_q[cols])
+
+    return part(slice(0, b)), (part(slice(b, None)) if candidates.shape[0] > b else None)
+
+
+def sig(query, candidates, *, candidate_ids=None, log_q=None, remove_accidental_hits=None,
+        **options):
+    """The loss on a one-matrix batch; hits removed by default when ids are given."""
+    if remove_accidental_hits is None:
+        remove_accidental_hits = candidate_ids is not None
+    positives, extras = as_sets(query, candidates, candidate_ids, log_q)
+    return sigmoid_pairwise_loss(
+        query, positives, extras, remove_accidental_hits=remove_accidental_hits, **options
+    )
+
+
 def random_inputs(batch, extra, dim, seed, num_ids=None):
     gen = torch.Generator().manual_seed(seed)
     num = batch + extra
@@ -58,7 +81,7 @@ def random_inputs(batch, extra, dim, seed, num_ids=None):
 )
 def test_matches_explicit_sums_with_log_q_and_hits(batch, extra, dim, temperature, bias, seed):
     query, candidates, log_q, ids = random_inputs(batch, extra, dim, seed, num_ids=3)
-    got = sigmoid_pairwise_loss(
+    got = sig(
         query,
         candidates,
         temperature=temperature,
@@ -69,27 +92,23 @@ def test_matches_explicit_sums_with_log_q_and_hits(batch, extra, dim, temperatur
     )
     want = brute_force(query, candidates, temperature=temperature, bias=bias, log_q=log_q, ids=ids)
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
-    plain = sigmoid_pairwise_loss(query, candidates, temperature=temperature, bias=bias)
+    plain = sig(query, candidates, temperature=temperature, bias=bias)
     want_plain = brute_force(query, candidates, temperature=temperature, bias=bias).mean()
     torch.testing.assert_close(plain, want_plain, rtol=1e-10, atol=1e-10)
 
 
 def test_reductions_and_explicit_positive_ids():
     query, candidates, _, ids = random_inputs(4, 3, 3, 0, num_ids=4)
-    per_row = sigmoid_pairwise_loss(query, candidates, candidate_ids=ids, reduction="none")
+    per_row = sig(query, candidates, candidate_ids=ids, reduction="none")
     assert per_row.shape == (4,)
     torch.testing.assert_close(
-        sigmoid_pairwise_loss(query, candidates, candidate_ids=ids), per_row.mean()
+        sig(query, candidates, candidate_ids=ids), per_row.mean()
     )
     torch.testing.assert_close(
-        sigmoid_pairwise_loss(query, candidates, candidate_ids=ids, reduction="sum"),
+        sig(query, candidates, candidate_ids=ids, reduction="sum"),
         per_row.sum(),
     )
-    explicit = sigmoid_pairwise_loss(
-        query, candidates, candidate_ids=ids, positive_ids=ids[:4], reduction="none"
-    )
-    torch.testing.assert_close(explicit, per_row)
-    kept = sigmoid_pairwise_loss(
+    kept = sig(
         query, candidates, candidate_ids=ids, remove_accidental_hits=False, reduction="none"
     )
     torch.testing.assert_close(kept, brute_force(query, candidates, temperature=1.0, bias=0.0))
@@ -109,23 +128,23 @@ def test_bias_is_nce_with_log_q_minus_b():
         temperature=tau,
     )
     torch.testing.assert_close(
-        sigmoid_pairwise_loss(query, candidates, temperature=tau, bias=bias), nce
+        sig(query, candidates, temperature=tau, bias=bias), nce
     )
 
 
 def test_a_constant_in_log_q_moves_the_bias_and_does_not_cancel():
     query, candidates, log_q, _ = random_inputs(4, 2, 3, 2)
-    shifted = sigmoid_pairwise_loss(query, candidates, log_q=log_q + 1.5, bias=0.5)
+    shifted = sig(query, candidates, log_q=log_q + 1.5, bias=0.5)
     torch.testing.assert_close(
-        shifted, sigmoid_pairwise_loss(query, candidates, log_q=log_q, bias=-1.0)
+        shifted, sig(query, candidates, log_q=log_q, bias=-1.0)
     )
     assert not torch.isclose(
-        shifted, sigmoid_pairwise_loss(query, candidates, log_q=log_q, bias=0.5)
+        shifted, sig(query, candidates, log_q=log_q, bias=0.5)
     )
     # ...while the softmax ignores the same constant
     torch.testing.assert_close(
-        in_batch_softmax_loss(query, candidates, log_q=log_q + 1.5),
-        in_batch_softmax_loss(query, candidates, log_q=log_q),
+        in_batch_softmax_loss(query, *as_sets(query, candidates, log_q=log_q + 1.5)),
+        in_batch_softmax_loss(query, *as_sets(query, candidates, log_q=log_q)),
     )
 
 
@@ -135,10 +154,10 @@ def test_optimal_bias_of_uninformative_scores_is_minus_log_k(num_candidates):
     query = torch.zeros(2, 3, dtype=F64)
     candidates = torch.randn(num_candidates, 3, dtype=F64)
     bias = torch.tensor(-math.log(num_candidates - 1), dtype=F64, requires_grad=True)
-    (grad,) = torch.autograd.grad(sigmoid_pairwise_loss(query, candidates, bias=bias), bias)
+    (grad,) = torch.autograd.grad(sig(query, candidates, bias=bias), bias)
     assert abs(float(grad)) < 1e-12
     other = torch.tensor(0.5 - math.log(num_candidates - 1), dtype=F64, requires_grad=True)
-    (grad,) = torch.autograd.grad(sigmoid_pairwise_loss(query, candidates, bias=other), other)
+    (grad,) = torch.autograd.grad(sig(query, candidates, bias=other), other)
     assert float(grad) > 0.1
 
 
@@ -146,57 +165,68 @@ def test_bias_gradient_is_the_calibration_gap():
     """∂L/∂b = (Σ_ij σ(z_ij) − B) / B: zero when the probabilities sum to the positives."""
     query, candidates, log_q, _ = random_inputs(6, 4, 3, 3)
     bias = torch.tensor(-1.2, dtype=F64, requires_grad=True)
-    loss = sigmoid_pairwise_loss(query, candidates, bias=bias, log_q=log_q, temperature=0.8)
+    loss = sig(query, candidates, bias=bias, log_q=log_q, temperature=0.8)
     (grad,) = torch.autograd.grad(loss, bias)
-    z = sigmoid_pairwise_logits(query, candidates, bias=-1.2, log_q=log_q, temperature=0.8)
+    every = CandidateSet(candidates, torch.arange(10), log_q)
+    z = sigmoid_pairwise_logits(query, every, bias=-1.2, temperature=0.8)
     torch.testing.assert_close(grad, (torch.sigmoid(z).sum() - 6) / 6)
 
 
-def test_gradcheck_through_embeddings_temperature_and_bias():
+def test_gradcheck_through_embeddings_and_bias_and_the_scale_gradient():
     query, candidates, log_q, ids = random_inputs(3, 2, 2, 4, num_ids=3)
     inputs = (
         query.requires_grad_(),
         candidates.requires_grad_(),
-        torch.tensor(0.7, dtype=F64, requires_grad=True),
         torch.tensor(-0.4, dtype=F64, requires_grad=True),
     )
 
-    def fn(q, c, t, b):
-        return sigmoid_pairwise_loss(q, c, temperature=t, bias=b, log_q=log_q, candidate_ids=ids)
+    def fn(q, c, b):
+        return sig(q, c, temperature=0.7, bias=b, log_q=log_q, candidate_ids=ids)
 
     assert torch.autograd.gradcheck(fn, inputs)
+    # a learnable scale (Temperature) gets d loss / d log t: checked by central differences
+    temp = Temperature.from_scale(1 / 0.7, learnable=True)
+    q, c = query.detach(), candidates.detach()
+    sig(q, c, temperature=temp, bias=-0.4, log_q=log_q, candidate_ids=ids).backward()
+    log_t, h = float(temp.log_scale.detach()), 1e-6
+
+    def at(lt):
+        tau = math.exp(-lt)
+        return float(sig(q, c, temperature=tau, bias=-0.4, log_q=log_q, candidate_ids=ids))
+
+    numeric = (at(log_t + h) - at(log_t - h)) / (2 * h)
+    assert float(temp.log_scale.grad) == pytest.approx(numeric, rel=1e-4, abs=1e-6)
 
 
 def test_half_inputs_are_computed_in_float32():
     query, candidates, _, _ = random_inputs(4, 0, 3, 5)
-    half = sigmoid_pairwise_loss(query.half(), candidates.half(), temperature=0.05, bias=-3.0)
+    half = sig(query.half(), candidates.half(), temperature=0.05, bias=-3.0)
     assert half.dtype == torch.float32 and torch.isfinite(half)
-    ref = sigmoid_pairwise_loss(
-        query.half().double(), candidates.half().double(), temperature=0.05, bias=-3.0
-    )
+    ref = sig(query.half().double(), candidates.half().double(), temperature=0.05, bias=-3.0)
     assert abs(float(half) - float(ref)) < 1e-3 * abs(float(ref))
 
 
 def test_module_initialises_as_siglip_and_learns_scale_and_bias():
     module = SigmoidPairwiseLoss()
-    assert math.isclose(float(module.log_scale.detach()), math.log(10.0), rel_tol=1e-6)
+    assert math.isclose(float(module.temperature.log_scale.detach()), math.log(10.0), rel_tol=1e-6)
     assert float(module.bias.detach()) == SIGLIP_BIAS_INIT == -10.0
-    assert SIGLIP_LOG_SCALE_INIT == math.log(10.0)
+    assert SIGLIP_SCALE_INIT == 10.0
     assert math.isclose(float(module.scale.detach()), 10.0, rel_tol=1e-6)
-    assert math.isclose(float(module.temperature.detach()), 0.1, rel_tol=1e-6)
-    assert {name for name, _ in module.named_parameters()} == {"log_scale", "bias"}
+    assert math.isclose(float(module.temperature.value.detach()), 0.1, rel_tol=1e-6)
+    names = {name for name, _ in module.named_parameters()}
+    assert names == {"temperature.log_scale", "bias"}
     query, candidates, _, ids = random_inputs(4, 2, 3, 6, num_ids=3)
     module = module.double()
-    loss = module(query, candidates, candidate_ids=ids)
+    positives, extras = as_sets(query, candidates, ids)
+    loss = module(query, positives, extras)
     torch.testing.assert_close(
-        loss,
-        sigmoid_pairwise_loss(query, candidates, temperature=0.1, bias=-10.0, candidate_ids=ids),
+        loss, sig(query, candidates, temperature=0.1, bias=-10.0, candidate_ids=ids)
     )
     loss.backward()
-    assert module.log_scale.grad is not None and module.bias.grad is not None
-    fixed = SigmoidPairwiseLoss(log_scale=0.0, bias=1.0, learnable=False)
+    assert module.temperature.log_scale.grad is not None and module.bias.grad is not None
+    fixed = SigmoidPairwiseLoss(scale=1.0, bias=1.0, learnable=False)
     assert not list(fixed.parameters()) and float(fixed.bias) == 1.0
-    assert "scale=10" in repr(SigmoidPairwiseLoss())
+    assert "temperature=0.1" in repr(SigmoidPairwiseLoss())
 
 
 @pytest.mark.parametrize(
@@ -204,32 +234,34 @@ def test_module_initialises_as_siglip_and_learns_scale_and_bias():
     [
         ({"temperature": 0.0}, "temperature must be > 0"),
         ({"temperature": -1.0}, "temperature must be > 0"),
+        ({"temperature": torch.tensor(0.5)}, "temperature must be a float or a Temperature"),
         ({"bias": float("nan")}, "bias must be finite"),
         ({"bias": torch.ones(2)}, "bias must be a scalar"),
         ({"reduction": "avg"}, "reduction must be one of"),
-        ({"remove_accidental_hits": True}, "candidate_ids are needed"),
-        ({"candidate_ids": torch.arange(3)}, "candidate_ids must have shape"),
-        ({"candidate_ids": torch.arange(5.0)}, "candidate_ids must be an integer tensor"),
-        ({"log_q": torch.zeros(4)}, "log_q must have shape"),
-        ({"log_q": torch.full((5,), float("inf"))}, "log_q must be finite"),
+        ({"sample_weight": torch.ones(2)}, "sample_weight must have shape"),
     ],
 )
 def test_bad_arguments_name_themselves(kwargs, message):
     query, candidates = torch.randn(3, 2), torch.randn(5, 2)
     with pytest.raises(ValueError, match=message):
-        sigmoid_pairwise_loss(query, candidates, **kwargs)
+        sig(query, candidates, **kwargs)
 
 
 def test_bad_shapes_and_module_options():
-    with pytest.raises(ValueError, match="at least B = 3 rows"):
-        sigmoid_pairwise_loss(torch.randn(3, 2), torch.randn(2, 2))
+    positives = CandidateSet(torch.randn(2, 2), torch.arange(2))
+    with pytest.raises(ValueError, match="positives must have B = 3 columns"):
+        sigmoid_pairwise_loss(torch.randn(3, 2), positives)
+    with pytest.raises(ValueError, match="positives must be a CandidateSet"):
+        sigmoid_pairwise_loss(torch.randn(3, 2), torch.randn(3, 2))
     with pytest.raises(ValueError, match="embedding size d must agree"):
-        sigmoid_pairwise_loss(torch.randn(3, 2), torch.randn(3, 4))
+        sigmoid_pairwise_loss(torch.randn(2, 4), positives)
     with pytest.raises(ValueError, match="query must have shape"):
-        sigmoid_pairwise_loss(torch.randn(3), torch.randn(3, 2))
+        sigmoid_pairwise_loss(torch.randn(3), positives)
     with pytest.raises(ValueError, match="bias must be finite"):
         SigmoidPairwiseLoss(bias=float("inf"))
-    with pytest.raises(ValueError, match="log_scale must be a number"):
-        SigmoidPairwiseLoss(log_scale="big")
+    with pytest.raises(ValueError, match="scale must be a number"):
+        SigmoidPairwiseLoss(scale="big")
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        SigmoidPairwiseLoss(scale=-1.0)  # the learnable scale is named as such
     with pytest.raises(ValueError, match="reduction must be one of"):
         SigmoidPairwiseLoss(reduction="avg")

@@ -298,6 +298,11 @@ class CandidateSet:
                     f"draw was made for positive_ids of shape {tuple(log_q.shape)}, "
                     f"got positive_ids of shape {tuple(positive_ids.shape)}"
                 )
+            if get_validate_args() and bool(torch.isneginf(log_q).any()):
+                raise ValueError(
+                    "draw.positive_log_q is -inf for some positive id: the proposal cannot "
+                    "draw it (an excluded id?), so the sampled loss is undefined for that row"
+                )
             log_q = log_q.reshape(-1)
         flat = positive_ids.reshape(-1)
         out = cls.from_ids(flat, classes, class_bias=class_bias, sparse=sparse)

@@ -17,8 +17,8 @@
 
 Conventions shared by every loss here (see the notation page, "Contrastive losses"):
 
-* Logits are ``similarity / τ`` (:func:`~candidate_sampling.losses.core.correct_logits`
-  without a log Q). Cosine similarity is used wherever the method defines it (NT-Xent,
+* Logits are ``similarity / τ`` (:func:`~candidate_sampling.losses.core.apply_temperature`;
+  a float or a :class:`~candidate_sampling.losses.core.Temperature`, fixed or learnable). Cosine similarity is used wherever the method defines it (NT-Xent,
   NT-BXent, SupCon); InfoNCE uses the plain dot product unless ``normalize=True``.
 * A self-pair is removed by :func:`~candidate_sampling.losses.core.mask_logits` (a finite
   ``finfo.min / 2``) inside a softmax, and by a zero weight inside a logistic loss. No
@@ -48,12 +48,19 @@ from candidate_sampling._validate import (
     common_float_dtype,
 )
 from candidate_sampling.losses.core import (
+    Temperature,
     _Loss,
-    correct_logits,
+    apply_temperature,
+    check_temperature,
+    logistic_terms,
     mask_logits,
     mask_value,
     positive_column_cross_entropy,
     reduce_loss,
+)
+from candidate_sampling.losses.hard_negatives import (
+    MULTI_POSITIVE_VARIANTS,
+    multi_positive_cross_entropy,
 )
 
 __all__ = [
@@ -75,7 +82,7 @@ __all__ = [
 
 _HALF = (torch.float16, torch.bfloat16)
 _DISTANCES = ("squared_euclidean", "cosine")
-_SUPCON_VARIANTS = ("out", "in")
+_SUPCON_VARIANTS = MULTI_POSITIVE_VARIANTS
 
 
 def _work(tensor: torch.Tensor) -> torch.Tensor:
@@ -143,9 +150,10 @@ def info_nce_loss(
     query: torch.Tensor,
     key: torch.Tensor,
     *,
-    temperature: float | torch.Tensor = 1.0,
+    temperature: float | Temperature = 1.0,
     symmetric: bool = False,
     normalize: bool = False,
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """InfoNCE: row i's positive is ``key[i]``, the other B − 1 keys are its negatives.
@@ -172,19 +180,20 @@ def info_nce_loss(
         scores = pairwise_cosine_similarity(query, key)
     else:
         scores = query @ key.T
-    logits = correct_logits(scores, temperature=temperature, inplace=True)  # scores: ours
+    logits = apply_temperature(scores, temperature, inplace=True)  # scores: ours
     diagonal = torch.arange(logits.shape[0], device=logits.device)
     per_row = positive_column_cross_entropy(logits, diagonal)
     if symmetric:
         per_row = 0.5 * (per_row + positive_column_cross_entropy(logits.T, diagonal))
-    return reduce_loss(per_row, reduction)
+    return reduce_loss(per_row, reduction, sample_weight=sample_weight)
 
 
 def nt_xent_loss(
     view1: torch.Tensor,
     view2: torch.Tensor,
     *,
-    temperature: float | torch.Tensor = 0.5,
+    temperature: float | Temperature = 0.5,
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """NT-Xent (SimCLR): each of the 2N views against its twin and the other 2N − 2 views.
@@ -205,19 +214,20 @@ def nt_xent_loss(
     n = view1.shape[0]
     dtype = common_float_dtype(view1=view1, view2=view2)
     z = torch.cat([view1.to(dtype), view2.to(dtype)], dim=0)
-    logits = correct_logits(pairwise_cosine_similarity(z), temperature=temperature, inplace=True)
+    logits = apply_temperature(pairwise_cosine_similarity(z), temperature, inplace=True)
     # the self-pairs are the diagonal: masked in place, without a (2N, 2N) mask
     logits = logits.fill_diagonal_(mask_value(logits.dtype))
     rows = torch.arange(2 * n, device=z.device)
     per_view = positive_column_cross_entropy(logits, (rows + n) % (2 * n))
-    return reduce_loss(per_view, reduction)
+    return reduce_loss(per_view, reduction, sample_weight=sample_weight)
 
 
 def nt_bxent_loss(
     embeddings: torch.Tensor,
     positive_pairs: torch.Tensor,
     *,
-    temperature: float | torch.Tensor = 0.5,
+    temperature: float | Temperature = 0.5,
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """NT-BXent: a logistic loss on every (i, j ≠ i) pair, positives given explicitly.
@@ -249,19 +259,21 @@ def nt_bxent_loss(
     pos = torch.zeros(n, n, dtype=torch.bool, device=embeddings.device)
     pos[positive_pairs[:, 0], positive_pairs[:, 1]] = True
     neg = ~pos & ~eye
-    logits = correct_logits(pairwise_cosine_similarity(embeddings), temperature=temperature)
-    zero = torch.zeros((), dtype=logits.dtype, device=logits.device)
-    pos_term = torch.where(pos, F.softplus(-logits), zero).sum(1) / pos.sum(1).clamp(min=1)
-    neg_term = torch.where(neg, F.softplus(logits), zero).sum(1) / neg.sum(1).clamp(min=1)
-    return reduce_loss(pos_term + neg_term, reduction)
+    logits = apply_temperature(pairwise_cosine_similarity(embeddings), temperature, inplace=True)
+    labels = pos.to(logits.dtype)  # 1 on a positive pair, 0 on a negative one
+    terms = logistic_terms(logits, labels, removed=eye)
+    pos_term = torch.where(pos, terms, 0.0).sum(1) / pos.sum(1).clamp(min=1)
+    neg_term = torch.where(neg, terms, 0.0).sum(1) / neg.sum(1).clamp(min=1)
+    return reduce_loss(pos_term + neg_term, reduction, sample_weight=sample_weight)
 
 
 def supcon_loss(
     embeddings: torch.Tensor,
     labels: torch.Tensor,
     *,
-    temperature: float | torch.Tensor = 0.1,
+    temperature: float | Temperature = 0.1,
     variant: str = "out",
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """Supervised contrastive loss (Khosla et al. 2020), ``variant`` "out" or "in".
@@ -286,25 +298,19 @@ def supcon_loss(
     eye = _eye(n, embeddings.device)
     pos = (labels[:, None] == labels[None, :]) & ~eye
     num_pos = pos.sum(1)
-    logits = correct_logits(pairwise_cosine_similarity(embeddings), temperature=temperature)
-    logits = mask_logits(logits, eye)
-    log_norm = torch.logsumexp(logits, dim=1)
-    if variant == "out":
-        zero = torch.zeros((), dtype=logits.dtype, device=logits.device)
-        mean_pos_logit = torch.where(pos, logits, zero).sum(1) / num_pos.clamp(min=1)
-        per_row = log_norm - mean_pos_logit
-    else:
-        lse_pos = torch.logsumexp(mask_logits(logits, ~pos), dim=1)
-        per_row = log_norm - lse_pos + torch.log(num_pos.clamp(min=1).to(logits.dtype))
-    return reduce_loss(per_row, reduction, valid=num_pos > 0)
+    logits = apply_temperature(pairwise_cosine_similarity(embeddings), temperature, inplace=True)
+    logits = mask_logits(logits, eye, inplace=True)
+    per_row = multi_positive_cross_entropy(logits, pos, variant=variant)
+    return reduce_loss(per_row, reduction, valid=num_pos > 0, sample_weight=sample_weight)
 
 
 def soft_nearest_neighbor_loss(
     embeddings: torch.Tensor,
     labels: torch.Tensor,
     *,
-    temperature: float | torch.Tensor = 1.0,
+    temperature: float | Temperature = 1.0,
     distance: str = "squared_euclidean",
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """Soft nearest neighbour loss (Frosst, Papernot & Hinton 2019), in log-sum-exp form.
@@ -317,8 +323,7 @@ def soft_nearest_neighbor_loss(
             = logsumexp_{k≠i}(−D_ik/T) − logsumexp_{j≠i, y_j=y_i}(−D_ij/T).
 
     The ratio form underflows to 0/0 when every neighbour is far away; this form does not.
-    ``temperature`` may be a 0-dim tensor with a gradient (see
-    :class:`SoftNearestNeighborLoss`). A row with no other point of its class has no loss
+    ``temperature``: a float or a learnable :class:`~candidate_sampling.losses.core.Temperature`. A row with no other point of its class has no loss
     (the source's ratio gives log 0): it gets 0 in ``"none"`` and is left out of
     ``"mean"``, as in :func:`supcon_loss`.
     """
@@ -333,15 +338,13 @@ def soft_nearest_neighbor_loss(
         dist = pairwise_squared_distance(embeddings)
     else:
         dist = 1.0 - pairwise_cosine_similarity(embeddings)
-    if isinstance(temperature, torch.Tensor):
-        temperature = _work(temperature)
-    logits = correct_logits(-dist, temperature=temperature)
+    logits = apply_temperature(dist.neg_(), temperature, inplace=True)
     # a huge distance over a tiny T could reach −inf; keep every logit finite
     logits = logits.clamp(min=mask_value(logits.dtype))
     logits = mask_logits(logits, eye)
     same = (labels[:, None] == labels[None, :]) & ~eye
     per_row = torch.logsumexp(logits, dim=1) - torch.logsumexp(mask_logits(logits, ~same), dim=1)
-    return reduce_loss(per_row, reduction, valid=same.any(1))
+    return reduce_loss(per_row, reduction, valid=same.any(1), sample_weight=sample_weight)
 
 
 def alignment_loss(view1: torch.Tensor, view2: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
@@ -385,7 +388,7 @@ class InfoNCELoss(_Loss):
     def __init__(
         self,
         *,
-        temperature: float = 1.0,
+        temperature: float | Temperature = 1.0,
         symmetric: bool = False,
         normalize: bool = False,
         reduction: str = "mean",
@@ -393,10 +396,13 @@ class InfoNCELoss(_Loss):
         super().__init__(temperature=temperature, reduction=reduction)
         self.symmetric, self.normalize = symmetric, normalize
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, query: torch.Tensor, key: torch.Tensor, *, sample_weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return info_nce_loss(
             query,
             key,
+            sample_weight=sample_weight,
             temperature=self.temperature,
             symmetric=self.symmetric,
             normalize=self.normalize,
@@ -407,22 +413,38 @@ class InfoNCELoss(_Loss):
 class NTXentLoss(_Loss):
     """Module form of :func:`nt_xent_loss`: ``forward(view1, view2)``."""
 
-    def __init__(self, *, temperature: float = 0.5, reduction: str = "mean") -> None:
+    def __init__(
+        self, *, temperature: float | Temperature = 0.5, reduction: str = "mean"
+    ) -> None:
         super().__init__(temperature=temperature, reduction=reduction)
 
-    def forward(self, view1: torch.Tensor, view2: torch.Tensor) -> torch.Tensor:
-        return nt_xent_loss(view1, view2, temperature=self.temperature, reduction=self.reduction)
+    def forward(
+        self, view1: torch.Tensor, view2: torch.Tensor, *, sample_weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return nt_xent_loss(
+            view1, view2, temperature=self.temperature, sample_weight=sample_weight,
+            reduction=self.reduction,
+        )
 
 
 class NTBXentLoss(_Loss):
     """Module form of :func:`nt_bxent_loss`: ``forward(embeddings, positive_pairs)``."""
 
-    def __init__(self, *, temperature: float = 0.5, reduction: str = "mean") -> None:
+    def __init__(
+        self, *, temperature: float | Temperature = 0.5, reduction: str = "mean"
+    ) -> None:
         super().__init__(temperature=temperature, reduction=reduction)
 
-    def forward(self, embeddings: torch.Tensor, positive_pairs: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        embeddings: torch.Tensor,
+        positive_pairs: torch.Tensor,
+        *,
+        sample_weight: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         return nt_bxent_loss(
-            embeddings, positive_pairs, temperature=self.temperature, reduction=self.reduction
+            embeddings, positive_pairs, temperature=self.temperature,
+            sample_weight=sample_weight, reduction=self.reduction,
         )
 
 
@@ -432,17 +454,28 @@ class SupConLoss(_Loss):
     _options = ("temperature", "variant", "reduction")
 
     def __init__(
-        self, *, temperature: float = 0.1, variant: str = "out", reduction: str = "mean"
+        self,
+        *,
+        temperature: float | Temperature = 0.1,
+        variant: str = "out",
+        reduction: str = "mean",
     ) -> None:
         super().__init__(temperature=temperature, reduction=reduction)
         if variant not in _SUPCON_VARIANTS:
             raise ValueError(f"variant must be one of {_SUPCON_VARIANTS}, got {variant!r}")
         self.variant = variant
 
-    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        embeddings: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        sample_weight: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         return supcon_loss(
             embeddings,
             labels,
+            sample_weight=sample_weight,
             temperature=self.temperature,
             variant=self.variant,
             reduction=self.reduction,
@@ -452,48 +485,40 @@ class SupConLoss(_Loss):
 class SoftNearestNeighborLoss(nn.Module):
     """Module form of :func:`soft_nearest_neighbor_loss`, optionally learning T.
 
-    The temperature is stored as ``log_temperature`` (so T = exp(·) stays > 0): an
-    ``nn.Parameter`` when ``learnable_temperature=True`` (give it to the optimizer with the
-    model's parameters), a buffer otherwise. ``forward(embeddings, labels)``.
+    ``temperature``: a float or a :class:`~candidate_sampling.losses.core.Temperature`
+    (``Temperature(1.0, learnable=True)`` learns T; its parameter is the module's).
+    ``forward(embeddings, labels, *, sample_weight=None)``.
     """
 
     def __init__(
         self,
         *,
-        temperature: float = 1.0,
+        temperature: float | Temperature = 1.0,
         distance: str = "squared_euclidean",
-        learnable_temperature: bool = False,
         reduction: str = "mean",
     ) -> None:
         super().__init__()
-        check_positive("temperature", temperature)
         if distance not in _DISTANCES:
             raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}")
+        self.temperature = check_temperature(temperature)
         self.distance = distance
         self.reduction = check_reduction(reduction)
-        log_t = torch.tensor(math.log(float(temperature)))
-        if learnable_temperature:
-            self.log_temperature = nn.Parameter(log_t)
-        else:
-            self.register_buffer("log_temperature", log_t)
-
-    @property
-    def temperature(self) -> torch.Tensor:
-        """T = exp(log_temperature), a 0-dim tensor."""
-        return self.log_temperature.exp()
 
     def extra_repr(self) -> str:
-        return (
-            f"temperature={float(self.temperature.detach()):.4g}, distance={self.distance!r}, "
-            f"learnable={isinstance(self.log_temperature, nn.Parameter)}, "
-            f"reduction={self.reduction!r}"
-        )
+        return f"distance={self.distance!r}, reduction={self.reduction!r}"
 
-    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        embeddings: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        sample_weight: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         return soft_nearest_neighbor_loss(
             embeddings,
             labels,
             temperature=self.temperature,
             distance=self.distance,
+            sample_weight=sample_weight,
             reduction=self.reduction,
         )

@@ -1,40 +1,48 @@
-"""The loss pipeline's named steps: score → correct → mask → (softmax | logistic) → reduce.
+"""The logit pipeline: score → temperature → log Q correction → mask → criterion → reduction.
 
-Every loss in :mod:`candidate_sampling.losses` is a composition of these functions, and a
-reader can call each step alone. Conventions (also on the book's notation page):
+Every loss in :mod:`candidate_sampling.losses` is a short composition of these public
+functions, each callable alone, in this order (also on the book's notation page):
 
-* **Logits.** ``logit = score / temperature - log_q``: the temperature scales the model's
-  score, the sampling correction is subtracted afterwards and is *not* divided by the
-  temperature (TF Recommenders' order). The two orders only agree at τ = 1.
-* **log Q** is the log *expected count* of a candidate in the candidate set (TF's
-  semantics) and nothing else. Under a softmax a constant added to every log Q cancels;
-  under a logistic loss it does not.
-* **The positive's column.** Every softmax loss ends in
-  :func:`positive_column_cross_entropy`: a (B, C) logit matrix and, per row, the column(s)
-  holding its positive(s) — column 0 for sampled softmax, column ``i`` for the in-batch
-  layout, several columns for TF's ``num_true > 1``.
-* **Masking** removes a candidate by replacing its logit with :func:`mask_value` of the
-  logit's dtype, a finite number: ``torch.finfo(dtype).min / 2``. It is never ±inf, so a
-  row keeps a finite loss even when every negative is masked, and the masked entry gets an
-  exactly zero gradient. Logistic losses never see masks: they drop masked terms by zero
-  weights. :func:`accidental_hits` is the one mask for "candidate id equals the row's
-  positive id".
-* **Precision.** Scores and logits are computed in at least float32
-  (:func:`~candidate_sampling._validate.common_float_dtype`): float16 and bfloat16
-  inputs are upcast *before* the score matmul and the division by τ, so neither can
-  overflow; the loss is returned in float32 for half inputs (as ``info_nce_loss`` always
-  did). Mixed float dtypes are promoted (``torch.promote_types``).
-* **Copies.** A step called alone never modifies its input. Inside a loss, the (B, C)
-  score matrix is the loss's own fresh tensor, so the correction and the mask are written
-  into it (``inplace=True``): the matrix exists once, not once per step, and a loss costs
-  what the plain-torch expression of it costs (``benchmarks/floor.py``).
-* **Reduction** is ``"mean"`` over rows (examples) by default; ``"sum"`` and ``"none"``
-  are available. Rows without a positive (SupCon, soft nearest neighbour) are passed as
-  ``valid=False`` to :func:`reduce_loss`: 0 in ``"none"``, left out of ``"mean"``.
-  (TF Recommenders sums over the batch, so its loss is B times ours.)
+1. :func:`score` — ``s_ij = u_i·v_j + b_j`` of a query against a
+   :class:`~candidate_sampling.CandidateSet` ((B, C), in at least float32), and
+   :func:`score_positives` for each row's own positive column(s) ((B, T)).
+2. :func:`apply_temperature` — ``s / τ`` with one :class:`Temperature` (fixed or
+   learnable) everywhere; a float is a fixed τ.
+3. :func:`correct_logits` — ``o = s/τ − log Q``: the correction is subtracted *after* the
+   temperature and is not divided by it (TF Recommenders' order; the two orders agree
+   only at τ = 1). ``log Q`` is the log *expected count* of a candidate in the candidate
+   set and gets no gradient. Under a softmax a constant added to every log Q cancels;
+   under a logistic loss it does not.
+4. :func:`accidental_hits` (candidate id = the row's positive id; ``repeated_hits`` says
+   whether every copy of a repeated id is a hit, the default, or only the last one, as
+   TensorFlow's ``compute_accidental_hits``), a set's own validity mask and any other
+   removal (duplicates, known positives), applied by :func:`mask_logits`: the logit
+   becomes :func:`mask_value`, the finite ``finfo(dtype).min / 2`` — never ±inf, so a
+   row keeps a finite loss even when every negative is removed, and a removed entry gets
+   an exactly zero gradient.
+5. The criterion: :func:`positive_column_cross_entropy` (softmax; the positive(s) in
+   known columns, each of ``T`` positives labelled ``1/T`` as TF's ``num_true``) or
+   :func:`logistic_terms` (the one binary logistic term, used by NCE, negative sampling,
+   sampled logistic and the pairwise sigmoid loss).
+6. :func:`reduce_loss` — ``"mean"`` over rows (default), ``"sum"`` or ``"none"``, with
+   per-row ``sample_weight`` (B,) as Keras weights a loss: ``"sum"`` is ``Σ w_i ℓ_i``
+   (TF Recommenders' ``Retrieval``, which sums), ``"mean"`` is ``Σ w_i ℓ_i / B``
+   (Keras' ``SUM_OVER_BATCH_SIZE``: divided by the number of rows, not by ``Σ w_i``),
+   ``"none"`` is ``w_i ℓ_i``. Rows without a defined loss (``valid=False``) count 0 and
+   are left out of the mean's denominator.
+
+Precision: scores and logits are computed in at least float32
+(:func:`~candidate_sampling._validate.common_float_dtype`): half inputs are upcast
+*before* the score matmul and the division by τ, so neither can overflow, and the loss
+is float32 for half inputs. Copies: a step called alone never modifies its input; inside
+a loss the (B, C) score matrix is the loss's own fresh tensor, so temperature, correction
+and mask are written into it (``inplace=True``) and the matrix exists once
+(``benchmarks/floor.py``).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -44,20 +52,34 @@ from candidate_sampling._validate import (
     check_positive,
     check_reduction,
     check_tensor,
+    common_float_dtype,
     get_validate_args,
 )
+from candidate_sampling.candidates import CandidateSet
 
 __all__ = [
+    "REPEATED_HITS",
+    "Temperature",
     "mask_value",
     "upcast",
+    "score",
+    "score_positives",
+    "apply_temperature",
     "correct_logits",
     "accidental_hits",
     "mask_logits",
     "positive_column_cross_entropy",
+    "logistic_terms",
     "reduce_loss",
 ]
 
 _HALF = (torch.float16, torch.bfloat16)
+
+#: How :func:`accidental_hits` treats a positive id that occurs in several candidate
+#: columns: ``"mask_all"`` removes every copy (the package's default); ``"tensorflow"``
+#: removes only the *last* copy, as TF's ``compute_accidental_hits`` does (it maps each
+#: sampled id to one position — the last — because it presupposes unique candidates).
+REPEATED_HITS = ("mask_all", "tensorflow")
 
 
 def mask_value(dtype: torch.dtype) -> float:
@@ -77,39 +99,201 @@ def upcast(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.float() if tensor.dtype in _HALF else tensor
 
 
-def correct_logits(
-    scores: torch.Tensor,
-    log_q: torch.Tensor | None = None,
-    *,
-    temperature: float | torch.Tensor = 1.0,
-    inplace: bool = False,
-) -> torch.Tensor:
-    """``scores / temperature - log_q`` (the logQ correction; ``log_q`` broadcast to scores).
+# --------------------------------------------------------------------------- 1. score
 
-    ``scores``: (..., C) raw scores s(x, y), half precision is upcast to float32;
-    ``log_q``: broadcastable to ``scores``, e.g. (C,) for candidates shared by the batch
-    or (B, C) per row, the log expected count; it gets no gradient (detached).
-    ``inplace=True`` writes the logits into ``scores`` (as ``torch.nn.functional``'s
-    ``inplace`` options do) and saves a (B, C) copy; only for a ``scores`` tensor the
-    caller owns and nothing saved for backward, e.g. the fresh output of the score
-    matmul, which is how the package's losses use it.
+
+def _check_query(query: torch.Tensor, candidates: CandidateSet, name: str) -> None:
+    check_tensor("query", query, ("B", "d"), floating=True)
+    if not isinstance(candidates, CandidateSet):
+        raise ValueError(f"{name} must be a CandidateSet, got {type(candidates).__name__}")
+    if candidates.dim != query.shape[1]:
+        raise ValueError(
+            f"embedding size d must agree, got query={query.shape[1]}, {name}={candidates.dim}"
+        )
+    if candidates.device != query.device:
+        raise ValueError(
+            f"{name} must be on the query's device {query.device}, got {candidates.device}"
+        )
+    rows = candidates.batch_size
+    if rows is not None and rows != query.shape[0]:
+        raise ValueError(
+            f"{name}' per-row log_q / mask must have B = {query.shape[0]} rows (query), "
+            f"got {rows}"
+        )
+
+
+def score(query: torch.Tensor, candidates: CandidateSet) -> torch.Tensor:
+    """Step 1: ``s_ij = u_i · v_j + b_j``, (B, d) × CandidateSet (C columns) → (B, C).
+
+    Computed in :func:`~candidate_sampling._validate.common_float_dtype` of the query and
+    the embeddings (at least float32: half inputs are upcast before the matmul). The
+    result is a fresh tensor the caller owns. Chapters 4–8.
     """
-    check_positive("temperature", temperature)
-    work = upcast(scores)
-    owned = inplace or work is not scores  # an upcast is a fresh tensor of our own
-    if isinstance(temperature, torch.Tensor):
-        logits, owned = work / upcast(temperature), True  # its gradient needs the scores
-    elif temperature != 1.0:
-        logits, owned = (work.div_(temperature) if owned else work / temperature), True
-    else:
-        logits = work
-    if log_q is not None:
-        log_q = log_q.detach().to(logits.dtype)
-        if owned and torch.broadcast_shapes(logits.shape, log_q.shape) == logits.shape:
-            logits = logits.sub_(log_q)
+    _check_query(query, candidates, "candidates")
+    dtype = common_float_dtype(
+        query=query, candidates=candidates.embeddings, bias=candidates.bias
+    )
+    scores = query.to(dtype) @ candidates.embeddings.to(dtype).T
+    if candidates.bias is not None:
+        scores = scores.add_(candidates.bias.to(dtype))
+    return scores
+
+
+def score_positives(query: torch.Tensor, positives: CandidateSet) -> torch.Tensor:
+    """Step 1 for each row's own positive(s): ``s_it = u_i · v_{iT+t} + b``, → (B, T).
+
+    ``positives`` holds ``B·T`` columns, row ``i``'s ``T`` positives at ``iT … iT+T−1``
+    (row-major, as :meth:`CandidateSet.positives_of` flattens ``positive_ids`` (B, T));
+    ``T = 1`` is the usual one positive per row. Any other count is an error.
+    """
+    _check_query(query, positives, "positives")
+    batch, num = query.shape[0], positives.num_candidates
+    if num == 0 or num % batch:
+        raise ValueError(
+            f"positives must hold B·T columns (T positives for each of the B = {batch} "
+            f"rows of query), got {num}"
+        )
+    if positives.batch_size is not None:
+        raise ValueError("positives must have shared (C,) log_q and mask, not per-row ones")
+    num_true = num // batch
+    dtype = common_float_dtype(query=query, positives=positives.embeddings, bias=positives.bias)
+    rows = positives.embeddings.to(dtype).reshape(batch, num_true, -1)
+    scores = (query.to(dtype)[:, None, :] * rows).sum(-1)
+    if positives.bias is not None:
+        scores = scores + positives.bias.to(dtype).reshape(batch, num_true)
+    return scores
+
+
+# --------------------------------------------------------------------------- 2. temperature
+
+
+class Temperature(nn.Module):
+    """The one temperature of the package: ``τ``, fixed or learnable.
+
+    ``Temperature(0.07)`` is a fixed τ (a buffer; the same as passing the float 0.07).
+    ``Temperature(0.07, learnable=True)`` learns ``log(1/τ)`` (CLIP's ``logit_scale``,
+    SigLIP's ``t'``) as a parameter, so τ stays positive; ``max_scale`` clamps ``1/τ``
+    from above (CLIP uses 100). ``Temperature.from_scale(10.0, learnable=True)``
+    starts from the scale ``1/τ`` instead (SigLIP's parameterisation): its errors name
+    ``scale``. :func:`apply_temperature` divides scores by it. Chapters 6–7.
+    """
+
+    def __init__(
+        self,
+        temperature: float = 1.0,
+        *,
+        learnable: bool = False,
+        max_scale: float | None = None,
+        _name: str = "temperature",
+    ) -> None:
+        super().__init__()
+        value = float(check_positive(_name, temperature))
+        if max_scale is not None:
+            check_positive("max_scale", max_scale)
+        if not isinstance(learnable, bool):
+            raise ValueError(f"learnable must be a bool, got {type(learnable).__name__}")
+        log_scale = torch.tensor(-math.log(value))
+        if learnable:
+            self.log_scale = nn.Parameter(log_scale)
         else:
-            logits = logits - log_q
-    return logits
+            self.register_buffer("log_scale", log_scale)
+        self.learnable = learnable
+        self.max_scale = None if max_scale is None else float(max_scale)
+
+    @classmethod
+    def from_scale(
+        cls, scale: float, *, learnable: bool = False, max_scale: float | None = None
+    ) -> Temperature:
+        """A temperature given by its scale ``1/τ`` (SigLIP's ``exp(t')``)."""
+        check_positive("scale", scale)
+        return cls(1.0 / float(scale), learnable=learnable, max_scale=max_scale, _name="scale")
+
+    @property
+    def scale(self) -> torch.Tensor:
+        """``1/τ`` as a 0-dim tensor (clamped at ``max_scale``), with its gradient."""
+        log_scale = self.log_scale
+        if self.max_scale is not None:
+            log_scale = log_scale.clamp(max=math.log(self.max_scale))
+        return log_scale.exp()
+
+    @property
+    def value(self) -> torch.Tensor:
+        """τ as a 0-dim tensor."""
+        return 1.0 / self.scale
+
+    def forward(self, scores: torch.Tensor) -> torch.Tensor:
+        return apply_temperature(scores, self)
+
+    def extra_repr(self) -> str:
+        return f"temperature={float(self.value.detach()):.4g}, learnable={self.learnable}" + (
+            "" if self.max_scale is None else f", max_scale={self.max_scale}"
+        )
+
+
+def check_temperature(temperature: float | Temperature) -> float | Temperature:
+    """A positive finite float or a :class:`Temperature`; anything else is an error."""
+    if isinstance(temperature, Temperature):
+        return temperature
+    if isinstance(temperature, torch.Tensor) or isinstance(temperature, bool):
+        raise ValueError(
+            "temperature must be a float or a Temperature (Temperature(τ, learnable=True) "
+            f"for a learned one), got {type(temperature).__name__}"
+        )
+    return check_positive("temperature", temperature)
+
+
+def apply_temperature(
+    scores: torch.Tensor, temperature: float | Temperature = 1.0, *, inplace: bool = False
+) -> torch.Tensor:
+    """Step 2: ``scores / τ`` (half precision upcast to float32 first).
+
+    ``temperature``: a float (fixed τ > 0) or a :class:`Temperature` (fixed or learnable;
+    a learnable one multiplies by its scale ``1/τ`` so its gradient flows).
+    ``inplace=True`` divides ``scores`` itself when it is a tensor the caller owns and
+    nothing saved for backward (the fresh output of :func:`score`).
+    """
+    temperature = check_temperature(temperature)
+    work = upcast(scores)
+    owned = inplace or work is not scores
+    if isinstance(temperature, Temperature):
+        return work * temperature.scale.to(work.dtype)
+    if temperature == 1.0:
+        return work
+    return work.div_(temperature) if owned else work / temperature
+
+
+# --------------------------------------------------------------------------- 3. log Q
+
+
+def correct_logits(
+    logits: torch.Tensor, log_q: torch.Tensor | None, *, inplace: bool = False
+) -> torch.Tensor:
+    """Step 3: ``logits − log_q``, the logQ correction (``log_q`` broadcast, detached).
+
+    ``logits``: (..., C), already divided by τ (:func:`apply_temperature`); ``log_q``:
+    broadcastable, e.g. (C,) shared by the batch or (B, C) per row — the log expected
+    count; None is no correction. ``inplace=True`` writes into ``logits`` (a tensor the
+    caller owns, as :func:`apply_temperature`'s).
+    """
+    if log_q is None:
+        return logits
+    log_q = log_q.detach().to(logits.dtype)
+    if inplace and torch.broadcast_shapes(logits.shape, log_q.shape) == logits.shape:
+        return logits.sub_(log_q)
+    return logits - log_q
+
+
+# --------------------------------------------------------------------------- 4. mask
+
+
+def _last_copy(candidate_ids: torch.Tensor) -> torch.Tensor:
+    """(C,) bool: column ``j`` is the last column holding its id (TF's hit position)."""
+    num = candidate_ids.shape[-1]
+    cols = torch.arange(num, device=candidate_ids.device)
+    _, inverse = torch.unique(candidate_ids, return_inverse=True)
+    last = torch.full((num,), -1, dtype=torch.long, device=candidate_ids.device)
+    last = last.scatter_reduce(0, inverse, cols, reduce="amax")
+    return last[inverse] == cols
 
 
 def accidental_hits(
@@ -117,84 +301,78 @@ def accidental_hits(
     candidate_ids: torch.Tensor,
     *,
     positive_columns: torch.Tensor | None = None,
+    repeated_hits: str = "mask_all",
 ) -> torch.Tensor:
-    """Boolean (B, C) mask: candidate ``j`` holds (one of) row ``i``'s positive id(s).
+    """Step 4: boolean (B, C), True where candidate ``j`` holds (one of) row ``i``'s positive ids.
 
-    ``positive_ids``: (B,) or (B, T) for ``T`` positives per row (TF's ``num_true``);
-    ``candidate_ids``: (C,) shared by the batch or (B, C) per row. With
-    ``positive_columns`` (B,) — the column that *is* row ``i``'s positive, e.g.
+    ``positive_ids``: (B,) or (B, T) (TF's ``num_true``); ``candidate_ids``: (C,) shared by
+    the batch. With ``positive_columns`` (B,) — the column that *is* row ``i``'s positive,
     ``arange(B)`` in the in-batch layout — that column is left unmasked, so the mask marks
-    exactly the duplicates of the positive (TF Recommenders' ``remove_accidental_hits``;
-    TF's ``compute_accidental_hits`` for sampled candidates, where no column is the
-    positive).
+    exactly the other copies (TF Recommenders' ``remove_accidental_hits``).
+    ``repeated_hits`` (:data:`REPEATED_HITS`): ``"mask_all"`` marks every copy of a
+    repeated id; ``"tensorflow"`` only the last copy, as TF's ``compute_accidental_hits``
+    (the other copies stay in the softmax as negatives equal to the positive).
     """
+    if repeated_hits not in REPEATED_HITS:
+        raise ValueError(f"repeated_hits must be one of {REPEATED_HITS}, got {repeated_hits!r}")
     if not isinstance(positive_ids, torch.Tensor) or positive_ids.dim() not in (1, 2):
         shape = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
         raise ValueError(f"positive_ids must have shape (B,) or (B, T), got {shape}")
     if positive_ids.is_floating_point() or positive_ids.dtype == torch.bool:
         raise ValueError(f"positive_ids must be an integer tensor of ids, got {positive_ids.dtype}")
     batch = positive_ids.shape[0]
-    if not isinstance(candidate_ids, torch.Tensor) or candidate_ids.dim() not in (1, 2):
-        raise ValueError("candidate_ids must be a tensor of shape (C,) or (B, C)")
-    if candidate_ids.is_floating_point() or candidate_ids.dtype == torch.bool:
-        raise ValueError(
-            f"candidate_ids must be an integer tensor of ids, got {candidate_ids.dtype}"
-        )
-    cand = candidate_ids.to(positive_ids.device)
-    if cand.dim() == 1:
-        cand = cand[None, :]
-    elif cand.shape[0] != batch:
-        raise ValueError(
-            f"candidate_ids of shape (B, C) must have B = {batch} rows (positive_ids), "
-            f"got {tuple(candidate_ids.shape)}"
-        )
+    check_tensor("candidate_ids", candidate_ids, ("C",), floating=False, allow_empty=True)
+    if candidate_ids.dtype == torch.bool:
+        raise ValueError("candidate_ids must be an integer tensor of ids, got torch.bool")
+    cand = candidate_ids.to(positive_ids.device)[None, :]
     pos = positive_ids if positive_ids.dim() == 2 else positive_ids[:, None]
     hits = (pos[:, :, None] == cand[:, None, :]).any(1) if pos.shape[1] > 1 else (pos == cand)
-    if hits.shape[0] != batch:  # (1, C) broadcast against (B, 1) already gives (B, C)
-        hits = hits.expand(batch, -1)
+    if repeated_hits == "tensorflow":
+        hits = hits & _last_copy(cand[0])[None, :]
     if positive_columns is not None:
         check_tensor("positive_columns", positive_columns, (batch,), floating=False)
-        if hits.stride(0) == 0:  # the expanded view above: give it rows of its own
-            hits = hits.contiguous()
         rows = torch.arange(batch, device=hits.device)
         hits[rows, positive_columns.to(hits.device)] = False
     return hits
 
 
 def mask_logits(
-    logits: torch.Tensor, mask: torch.Tensor | None, *, inplace: bool = False
+    logits: torch.Tensor, removed: torch.Tensor | None, *, inplace: bool = False
 ) -> torch.Tensor:
-    """Replace ``logits`` where ``mask`` is True by :func:`mask_value` (finite, zero gradient).
+    """Step 4: ``logits`` with :func:`mask_value` where ``removed`` is True (finite, zero gradient).
 
-    ``inplace=True`` overwrites ``logits`` (a tensor the caller owns, as in
-    :func:`correct_logits`) instead of returning a masked copy.
+    ``removed``: bool broadcastable to ``logits`` (True = remove; a
+    :class:`~candidate_sampling.CandidateSet`'s ``mask`` is the opposite, True = valid,
+    so pass ``~set.mask``), or None. ``inplace=True`` overwrites ``logits``.
     """
-    if mask is None:
+    if removed is None:
         return logits
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        got = mask.dtype if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise ValueError(f"mask must be a bool tensor, got {got}")
+    if not isinstance(removed, torch.Tensor) or removed.dtype != torch.bool:
+        got = removed.dtype if isinstance(removed, torch.Tensor) else type(removed).__name__
+        raise ValueError(f"removed must be a bool tensor, got {got}")
+    removed = removed.to(logits.device)
     if inplace:
-        return logits.masked_fill_(mask, mask_value(logits.dtype))
-    return logits.masked_fill(mask, mask_value(logits.dtype))
+        return logits.masked_fill_(removed, mask_value(logits.dtype))
+    return logits.masked_fill(removed, mask_value(logits.dtype))
+
+
+# --------------------------------------------------------------------------- 5. criteria
 
 
 def positive_column_cross_entropy(
     logits: torch.Tensor, positive_columns: int | torch.Tensor
 ) -> torch.Tensor:
-    """Per-row softmax cross-entropy with the positive(s) in known column(s): (B, C) → (B,).
+    """Step 5, softmax: per-row cross-entropy with the positive(s) in known column(s), → (B,).
 
     ``ℓ_i = logsumexp_j(o_ij) − (1/T) Σ_t o_{i, c_it}``: the cross-entropy against a label
-    that puts ``1/T`` on each of the row's ``T`` positive columns (TF's ``num_true``
-    semantics; ``T = 1`` is the usual ``−log softmax(o_i)[c_i]``). ``positive_columns``:
-    an int (the same column for every row: 0 in sampled softmax), (B,) (the in-batch
-    layout: ``arange(B)``) or (B, T). Computed in at least float32.
+    that puts ``1/T`` on each of the row's ``T`` positive columns (TF's ``num_true``;
+    ``T = 1`` is ``−log softmax(o_i)[c_i]``). ``positive_columns``: an int (the same
+    column for every row: 0 in sampled softmax), (B,) (``arange(B)`` in the in-batch
+    layout) or (B, T). Computed in at least float32.
     """
     check_tensor("logits", logits, ("B", "C"), floating=True)
     batch, num_cols = logits.shape
     work = upcast(logits)
-    # one column per row: F.cross_entropy (log-softmax + pick), fewer (B, C) passes than
-    # logsumexp minus a gather, forward and backward
     if isinstance(positive_columns, int) and not isinstance(positive_columns, bool):
         if not 0 <= positive_columns < num_cols:
             raise ValueError(
@@ -227,22 +405,83 @@ def positive_column_cross_entropy(
     return torch.logsumexp(work, dim=1) - work.gather(1, cols).mean(1)
 
 
-def reduce_loss(
-    per_row: torch.Tensor, reduction: str = "mean", *, valid: torch.Tensor | None = None
+def logistic_terms(
+    logits: torch.Tensor,
+    labels: float | torch.Tensor,
+    *,
+    removed: torch.Tensor | None = None,
+    inplace: bool = False,
 ) -> torch.Tensor:
-    """Apply ``reduction`` ("mean" over rows, "sum", or "none") to a (B,) per-row loss.
+    """Step 5, logistic: the binary cross-entropy ``softplus(o) − y·o`` of each logit.
 
-    ``valid``: optional (B,) bool, rows that have a defined loss. Invalid rows become 0
-    (also in ``"none"``), and ``"mean"`` averages over the valid rows only; if there are
-    none it returns a 0 that is still connected to the graph (zero gradient).
+    ``labels`` y: a float or a tensor broadcastable to ``logits`` (1 for a positive, 0 for
+    a negative, ``1/T`` for each of ``T`` positives as TF's ``nce_loss``). For ``y = 1``
+    this is ``−log σ(o)``, for ``y = 0`` ``−log(1 − σ(o))``. ``removed`` (bool,
+    broadcastable): those terms are 0 with zero gradient; their logits are replaced by a
+    finite 0 *before* the softplus, so ±inf never enters. Returns the elementwise terms
+    (the caller sums a row). The one logistic term of NCE, negative sampling, sampled
+    logistic and the pairwise sigmoid loss. Chapters 3 and 7.
+    """
+    work = upcast(logits)
+    owned = inplace or work is not logits
+    if removed is not None:
+        removed = removed.to(work.device)
+        work = work.masked_fill_(removed, 0.0) if owned else work.masked_fill(removed, 0.0)
+    if isinstance(labels, (int, float)) and not isinstance(labels, bool):
+        if labels == 1:
+            terms = F.softplus(-work)
+        elif labels == 0:
+            terms = F.softplus(work)
+        else:
+            terms = F.softplus(work) - labels * work
+    else:
+        terms = F.softplus(work) - labels.to(work.dtype) * work
+    if removed is not None:  # softplus keeps its input for backward, not its output
+        terms = terms.masked_fill(removed, 0.0)
+    return terms
+
+
+# --------------------------------------------------------------------------- 6. reduction
+
+
+def check_sample_weight(sample_weight: torch.Tensor | None, batch: int) -> torch.Tensor | None:
+    """``sample_weight`` must be a (B,) floating tensor with finite entries ≥ 0 (value check)."""
+    if sample_weight is None:
+        return None
+    check_tensor("sample_weight", sample_weight, (batch,), floating=True)
+    if get_validate_args() and not bool(
+        (torch.isfinite(sample_weight) & (sample_weight >= 0)).all()
+    ):
+        raise ValueError("sample_weight must be finite and >= 0")
+    return sample_weight
+
+
+def reduce_loss(
+    per_row: torch.Tensor,
+    reduction: str = "mean",
+    *,
+    valid: torch.Tensor | None = None,
+    sample_weight: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Step 6: ``reduction`` of a (B,) per-row loss, weighted by ``sample_weight`` (B,).
+
+    ``"sum"``: ``Σ w_i ℓ_i`` (TF Recommenders); ``"mean"`` (default): ``Σ w_i ℓ_i / B``,
+    Keras' ``SUM_OVER_BATCH_SIZE`` (the count of rows, not ``Σ w_i``: a weight of 2 counts
+    a row twice, and all-ones weights give the plain mean); ``"none"``: ``w_i ℓ_i``.
+    ``valid``: optional (B,) bool, rows with a defined loss; invalid rows are 0 (also in
+    ``"none"``) and ``"mean"`` divides by the number of valid rows (a graph-connected 0
+    when there are none). A NaN in ``per_row`` of a valid row propagates.
     """
     check_reduction(reduction)
+    sample_weight = check_sample_weight(sample_weight, per_row.shape[0])
+    if sample_weight is not None:
+        per_row = per_row * sample_weight.to(per_row.device, per_row.dtype)
+    count = None
     if valid is not None:
         per_row = torch.where(valid, per_row, torch.zeros_like(per_row))
-        if reduction == "mean":
-            return per_row.sum() / valid.sum().clamp(min=1)
+        count = valid.sum().clamp(min=1)
     if reduction == "mean":
-        return per_row.mean()
+        return per_row.mean() if count is None else per_row.sum() / count
     if reduction == "sum":
         return per_row.sum()
     return per_row
@@ -252,15 +491,22 @@ class _Loss(nn.Module):
     """Thin base of the package's loss modules: checked options, a readable ``repr``.
 
     Subclasses store their options as attributes listed in ``_options``; ``forward`` is a
-    one-line keyword call of the matching function.
+    one-line keyword call of the matching function. A :class:`Temperature` passed as
+    ``temperature`` becomes a submodule (its parameter is trained with the model).
     """
 
     _options: tuple[str, ...] = ("temperature", "reduction")
 
-    def __init__(self, *, temperature: float = 1.0, reduction: str = "mean") -> None:
+    def __init__(
+        self, *, temperature: float | Temperature = 1.0, reduction: str = "mean"
+    ) -> None:
         super().__init__()
-        self.temperature = check_positive("temperature", temperature)
+        self.temperature = check_temperature(temperature)
         self.reduction = check_reduction(reduction)
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{name}={getattr(self, name)!r}" for name in self._options)
+        return ", ".join(
+            f"{name}={getattr(self, name)!r}"
+            for name in self._options
+            if not isinstance(getattr(self, name), nn.Module)
+        )

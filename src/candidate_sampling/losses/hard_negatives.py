@@ -69,17 +69,22 @@ from candidate_sampling._validate import (
     check_int_range,
     check_positive,
     check_reduction,
-    check_same,
     check_tensor,
-    common_float_dtype,
 )
+from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.losses.core import (
+    Temperature,
     _Loss,
     accidental_hits,
+    apply_temperature,
+    check_temperature,
+    correct_logits,
     mask_logits,
     mask_value,
     positive_column_cross_entropy,
     reduce_loss,
+    score,
+    score_positives,
     upcast,
 )
 from candidate_sampling.losses.retrieval import in_batch_logits
@@ -103,7 +108,7 @@ __all__ = [
 ]
 
 MARGIN_STRATEGIES = ("absolute", "relative")
-MULTI_POSITIVE_VARIANTS = ("out", "in")
+MULTI_POSITIVE_VARIANTS = ("out", "in", "pairwise")
 POSITIVE_IN_DENOMINATOR = ("keep", "remove", "corrected")
 
 
@@ -111,8 +116,12 @@ POSITIVE_IN_DENOMINATOR = ("keep", "remove", "corrected")
 
 
 def unmasked(logits: torch.Tensor) -> torch.Tensor:
-    """(B, C) bool: the entries that are not masked (above half the dtype's mask value)."""
-    return logits > mask_value(logits.dtype) / 2
+    """(B, C) bool: the entries that are not masked (not at or below half the mask value).
+
+    A NaN logit counts as *unmasked*, so a NaN input reaches the loss and gives a NaN
+    loss instead of being dropped like a removed column.
+    """
+    return ~(logits <= mask_value(logits.dtype) / 2)
 
 
 def _check_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -395,16 +404,20 @@ def multi_positive_cross_entropy(
 ) -> torch.Tensor:
     """Multi-positive InfoNCE per row: (B, C) logits, (B, C) bool positives → (B,).
 
-    With ``P(i)`` the row's positive columns and ``log p_ij = o_ij − logsumexp_k o_ik`` over
-    every unmasked column (positives included):
+    With ``P(i)`` the row's positive columns, ``N(i)`` its other unmasked columns and
+    ``log p_ij = o_ij − logsumexp_k o_ik`` over every unmasked column (positives included):
 
-        "out":  ℓ_i = −(1/|P(i)|) Σ_{p∈P(i)} log p_ip        (SupCon's L_out)
-        "in":   ℓ_i = −log( (1/|P(i)|) Σ_{p∈P(i)} p_ip )      (SupCon's L_in)
+        "out":      ℓ_i = −(1/|P(i)|) Σ_{p∈P(i)} log p_ip          (SupCon's L_out)
+        "in":       ℓ_i = −log( (1/|P(i)|) Σ_{p∈P(i)} p_ip )        (SupCon's L_in)
+        "pairwise": ℓ_i = (1/|P(i)|) Σ_{p∈P(i)} −log( e^{o_ip} / (e^{o_ip} + Σ_{n∈N(i)} e^{o_in}) )
 
-    ``L_in ≤ L_out`` (Jensen). "out" with the same number ``T`` of positives per row is
-    :func:`~candidate_sampling.losses.core.positive_column_cross_entropy` with (B, T)
-    columns. Rows without a positive get 0 (pass ``valid=positive_mask.any(1)`` to
-    :func:`reduce_loss`). Masked columns are never positives.
+    ``"pairwise"`` is pytorch-metric-learning's NT-Xent with several positives: each
+    positive competes with the anchor's negatives only, not with the other positives
+    (PML then averages over all pairs of the batch; here over a row's pairs, then over
+    rows — the same when every row has as many positives). ``L_in ≤ L_out`` (Jensen) and
+    ``L_pairwise ≤ L_out``. Rows without a positive get 0 (pass
+    ``valid=positive_mask.any(1)`` to :func:`reduce_loss`). Masked columns are never
+    positives; a NaN logit gives a NaN row.
     """
     work = _check_logits(logits)
     check_tensor("positive_mask", positive_mask, tuple(work.shape))
@@ -414,11 +427,16 @@ def multi_positive_cross_entropy(
         raise ValueError(f"variant must be one of {MULTI_POSITIVE_VARIANTS}, got {variant!r}")
     pos = positive_mask.to(work.device) & unmasked(work)
     num_pos = pos.sum(1)
-    log_norm = torch.logsumexp(work, dim=1)
-    if variant == "out":
-        zero = torch.zeros((), dtype=work.dtype, device=work.device)
+    zero = torch.zeros((), dtype=work.dtype, device=work.device)
+    if variant == "pairwise":
+        lse_neg = torch.logsumexp(mask_logits(work, pos), dim=1, keepdim=True)  # (B, 1)
+        pair = torch.logaddexp(work, lse_neg) - work  # −log(e^o / (e^o + Σ_n e^{o_n}))
+        per_row = torch.where(pos, pair, zero).sum(1) / num_pos.clamp(min=1)
+    elif variant == "out":
+        log_norm = torch.logsumexp(work, dim=1)
         per_row = log_norm - torch.where(pos, work, zero).sum(1) / num_pos.clamp(min=1)
     else:
+        log_norm = torch.logsumexp(work, dim=1)
         lse_pos = torch.logsumexp(mask_logits(work, ~pos), dim=1)
         per_row = log_norm - lse_pos + torch.log(num_pos.clamp(min=1).to(work.dtype))
     return torch.where(num_pos > 0, per_row, torch.zeros_like(per_row))
@@ -429,46 +447,90 @@ def multi_positive_cross_entropy(
 
 def multi_positive_softmax_loss(
     query: torch.Tensor,
-    candidates: torch.Tensor,
+    candidates: CandidateSet,
     positive_mask: torch.Tensor,
     *,
-    temperature: float | torch.Tensor = 1.0,
+    temperature: float | Temperature = 1.0,
     variant: str = "out",
-    mask: torch.Tensor | None = None,
+    removed: torch.Tensor | None = None,
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Multi-positive InfoNCE of ``query`` (B, d) against ``candidates`` (C, d).
+    """Multi-positive InfoNCE of ``query`` (B, d) against a CandidateSet of C columns.
 
-    ``positive_mask``: (B, C) bool, row ``i``'s positives; ``mask``: (B, C) bool columns to
-    remove (e.g. the query itself when queries are among the candidates). Logits
-    ``s_ij / τ``; per-row loss :func:`multi_positive_cross_entropy`; rows without a
-    positive are left out of ``"mean"``. Chapter 8 (SupCon of chapter 6 is the case
-    ``candidates = query`` with cosine scores and the diagonal masked).
+    ``positive_mask``: (B, C) bool, row ``i``'s positives; ``removed``: (B, C) bool columns
+    to remove (e.g. the query itself when queries are among the candidates), besides the
+    set's invalid columns. Logits ``(u·v + b)/τ − log Q`` (steps 1–4); per-row loss
+    :func:`multi_positive_cross_entropy` with ``variant`` "out", "in" (SupCon) or
+    "pairwise" (pytorch-metric-learning's NT-Xent); rows without a positive are left out
+    of ``"mean"``. Chapter 8 (SupCon of chapter 6 is the case ``candidates = query`` with
+    cosine scores and the diagonal removed).
     """
-    check_tensor("query", query, ("B", "d"), floating=True)
-    check_tensor("candidates", candidates, ("C", "d"), floating=True)
-    check_same("embedding size d", query=query.shape[1], candidates=candidates.shape[1])
-    check_positive("temperature", temperature)
-    check_reduction(reduction)
-    dtype = common_float_dtype(query=query, candidates=candidates)
-    logits = (query.to(dtype) @ candidates.to(dtype).T) / temperature
-    if mask is not None:
-        check_tensor("mask", mask, tuple(logits.shape))
-        logits = mask_logits(logits, mask.to(logits.device))
+    check_temperature(temperature)
+    if variant not in MULTI_POSITIVE_VARIANTS:
+        raise ValueError(f"variant must be one of {MULTI_POSITIVE_VARIANTS}, got {variant!r}")
+    logits = score(query, candidates)
+    logits = apply_temperature(logits, temperature, inplace=True)
+    logits = correct_logits(logits, candidates.log_q, inplace=True)
+    shape = tuple(logits.shape)
+    check_tensor("positive_mask", positive_mask, shape)
+    if removed is not None:
+        check_tensor("removed", removed, shape)
+        if removed.dtype != torch.bool:
+            raise ValueError(f"removed must be a bool tensor, got {removed.dtype}")
+    if candidates.mask is not None:
+        invalid = ~candidates.mask
+        removed = invalid if removed is None else removed.to(logits.device) | invalid
+    logits = mask_logits(logits, removed, inplace=True)
     per_row = multi_positive_cross_entropy(logits, positive_mask, variant=variant)
     valid = (positive_mask.to(logits.device) & unmasked(logits)).any(1)
-    return reduce_loss(per_row, reduction, valid=valid)
+    return reduce_loss(per_row, reduction, valid=valid, sample_weight=sample_weight)
+
+
+def _check_options(
+    hardness_alpha: float,
+    positive_in_denominator: str,
+    dclw_sigma: float | None,
+    tau_plus: float,
+    beta: float,
+    min_logit: float | None,
+    num_hard_negatives: int | None,
+) -> None:
+    """The options of :func:`hard_negative_softmax_loss`, each error naming its argument."""
+    if positive_in_denominator not in POSITIVE_IN_DENOMINATOR:
+        raise ValueError(
+            f"positive_in_denominator must be one of {POSITIVE_IN_DENOMINATOR}, "
+            f"got {positive_in_denominator!r}"
+        )
+    if isinstance(hardness_alpha, bool) or not isinstance(hardness_alpha, (int, float)):
+        raise ValueError(f"hardness_alpha must be a number, got {hardness_alpha!r}")
+    if not math.isfinite(hardness_alpha) or hardness_alpha < 0:
+        raise ValueError(f"hardness_alpha must be >= 0 and finite, got {hardness_alpha!r}")
+    if dclw_sigma is not None:
+        check_positive("dclw_sigma", dclw_sigma)
+        if positive_in_denominator != "remove":
+            raise ValueError('dclw_sigma needs positive_in_denominator="remove" (DCLW)')
+    if not (math.isfinite(tau_plus) and 0 <= tau_plus < 1):
+        raise ValueError(f"tau_plus must lie in [0, 1), got {tau_plus!r}")
+    if not math.isfinite(beta) or beta < 0:
+        raise ValueError(f"beta must be >= 0 and finite, got {beta!r}")
+    if min_logit is not None and not math.isfinite(min_logit):
+        raise ValueError(f"min_logit must be finite, got {min_logit!r}")
+    if (tau_plus or beta) and positive_in_denominator != "keep":
+        raise ValueError(
+            'tau_plus and beta (debiased / hard-sample loss) need positive_in_denominator="keep"'
+        )
+    if num_hard_negatives is not None:
+        check_int_range("num_hard_negatives", num_hard_negatives, 0)
 
 
 def hard_negative_softmax_loss(
     query: torch.Tensor,
-    candidates: torch.Tensor,
+    positives: CandidateSet,
+    candidates: CandidateSet | None = None,
     *,
-    positive_ids: torch.Tensor | None = None,
-    candidate_ids: torch.Tensor | None = None,
-    log_q: torch.Tensor | None = None,
-    temperature: float | torch.Tensor = 1.0,
-    remove_accidental_hits: bool | None = None,
+    temperature: float | Temperature = 1.0,
+    remove_accidental_hits: bool = True,
     false_negative_mask: torch.Tensor | None = None,
     hardness_alpha: float = 0.0,
     num_hard_negatives: int | None = None,
@@ -477,23 +539,22 @@ def hard_negative_softmax_loss(
     tau_plus: float = 0.0,
     beta: float = 0.0,
     min_logit: float | None = None,
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """The in-batch softmax of chapter 5 with chapter 8's options for negatives.
 
     Inputs as :func:`~candidate_sampling.losses.retrieval.in_batch_softmax_loss`:
-    ``query`` (B, d); ``candidates`` (C ≥ B, d), row ``i``'s positive in row ``i``, then
-    extras (mixed negatives, mined negatives: :func:`~candidate_sampling.scale.mining.append_mined`);
-    ``candidate_ids`` (C,), ``positive_ids`` (B,), ``log_q`` (C,) log expected counts;
-    ``remove_accidental_hits`` (default: when ids are given). Then, in this order:
+    ``query`` (B, d); ``positives`` the batch's B positives (row ``i``'s in column ``i``);
+    ``candidates`` more columns (mixed, queued, mined negatives), each with its own log Q
+    and mask. Then, in this order:
 
     1. ``o_ij = s_ij / τ − log Q_j``;
     2. ``hardness_alpha`` α: ``o_ij += α · stopgrad(s_ij)`` for ``j ≠ i``
        (:func:`hardness_weighted_logits`);
-    3. masks: accidental hits, and ``false_negative_mask`` (B, C) bool — known positives
-       (:class:`~candidate_sampling.scale.mining.KnownPositives`), a guide's verdict
-       (:func:`guide_false_negative_mask`), another row's mined negatives; the row's own
-       positive column is never masked;
+    3. masks: accidental hits, the sets' invalid columns, and ``false_negative_mask``
+       (B, B + C) bool — known positives, a guide's verdict
+       (:func:`guide_false_negative_mask`); the row's own positive column is never masked;
     4. ``num_hard_negatives`` k: keep the positive and the k hardest columns
        (:func:`hard_negative_mining`, TF Recommenders' option);
     5. the per-row loss, by ``positive_in_denominator``:
@@ -502,51 +563,36 @@ def hard_negative_softmax_loss(
          debiased / hard-sample loss (:func:`debiased_cross_entropy`, ``min_logit``);
        * ``"remove"``: DCL (:func:`decoupled_cross_entropy`), DCLW with ``dclw_sigma``;
        * ``"corrected"``: Khrylchenko et al., ``stopgrad(1 − p̂_i) ·`` DCL
-         (:func:`corrected_logq_weights`, with the positives' ``log_q[:B]``);
+         (:func:`corrected_logq_weights`, with the positives' log Q);
 
-    6. the reduction over rows (rows left without a negative are dropped from the mean
-       in the decoupled modes). Chapter 8.
+    6. the reduction over rows, weighted by ``sample_weight`` (rows left without a
+       negative are dropped from the mean in the decoupled modes). Every option is checked
+       here, once, and an error names it. Chapter 8.
     """
-    if positive_in_denominator not in POSITIVE_IN_DENOMINATOR:
-        raise ValueError(
-            f"positive_in_denominator must be one of {POSITIVE_IN_DENOMINATOR}, "
-            f"got {positive_in_denominator!r}"
-        )
-    if dclw_sigma is not None and positive_in_denominator != "remove":
-        raise ValueError('dclw_sigma needs positive_in_denominator="remove" (DCLW)')
-    if (tau_plus or beta) and positive_in_denominator != "keep":
-        raise ValueError(
-            'tau_plus and beta (debiased / hard-sample loss) need positive_in_denominator="keep"'
-        )
+    _check_options(
+        hardness_alpha, positive_in_denominator, dclw_sigma, tau_plus, beta, min_logit,
+        num_hard_negatives,
+    )
     check_reduction(reduction)
     logits = in_batch_logits(
         query,
+        positives,
         candidates,
-        positive_ids=positive_ids,
-        candidate_ids=candidate_ids,
-        log_q=log_q,
         temperature=temperature,
         remove_accidental_hits=False,
     )
     batch, num_cand = logits.shape
     columns = torch.arange(batch, device=logits.device)
-    dtype = common_float_dtype(query=query, candidates=candidates)
+    all_columns = positives if candidates is None else CandidateSet.concat(positives, candidates)
     if hardness_alpha:
         with torch.no_grad():
-            scores = query.to(dtype) @ candidates.to(dtype).T
+            scores = score(query, all_columns)
         logits = hardness_weighted_logits(
             logits, scores, alpha=hardness_alpha, positive_columns=columns
         )
-    if remove_accidental_hits is None:
-        remove_accidental_hits = candidate_ids is not None
     mask = None
     if remove_accidental_hits:
-        if candidate_ids is None:
-            raise ValueError(
-                "candidate_ids are needed to remove accidental hits (remove_accidental_hits=True)"
-            )
-        pos_ids = candidate_ids[:batch] if positive_ids is None else positive_ids
-        mask = accidental_hits(pos_ids, candidate_ids, positive_columns=columns)
+        mask = accidental_hits(positives.ids, all_columns.ids, positive_columns=columns)
     if false_negative_mask is not None:
         check_tensor("false_negative_mask", false_negative_mask, (batch, num_cand))
         if false_negative_mask.dtype != torch.bool:
@@ -555,9 +601,8 @@ def hard_negative_softmax_loss(
             )
         extra = false_negative_mask.to(logits.device).clone()
         extra[columns, columns] = False
-        mask = extra if mask is None else mask.to(logits.device) | extra
-    if mask is not None:
-        logits = mask_logits(logits, mask.to(logits.device))
+        mask = extra if mask is None else mask | extra
+    logits = mask_logits(logits, mask)
     if num_hard_negatives is not None:
         logits, _ = hard_negative_mining(
             logits, num_hard_negatives=num_hard_negatives, positive_columns=columns
@@ -569,18 +614,19 @@ def hard_negative_softmax_loss(
                 logits, columns, tau_plus=tau_plus, beta=beta, min_logit=min_logit
             )
             valid = unmasked(logits).sum(1) > 1
-            return reduce_loss(per_row, reduction, valid=valid)
-        return reduce_loss(positive_column_cross_entropy(logits, columns), reduction)
+            return reduce_loss(per_row, reduction, valid=valid, sample_weight=sample_weight)
+        per_row = positive_column_cross_entropy(logits, columns)
+        return reduce_loss(per_row, reduction, sample_weight=sample_weight)
     valid = unmasked(logits).sum(1) > 1
     weight = None
     if dclw_sigma is not None:
-        positive_scores = (query.to(dtype) * candidates[:batch].to(dtype)).sum(1)
-        weight = dclw_positive_weights(positive_scores, sigma=dclw_sigma)
+        weight = dclw_positive_weights(score_positives(query, positives)[:, 0], sigma=dclw_sigma)
     per_row = decoupled_cross_entropy(logits, columns, positive_weight=weight)
     if positive_in_denominator == "corrected":
-        positive_log_q = None if log_q is None else log_q[:batch]
-        per_row = per_row * corrected_logq_weights(logits, columns, positive_log_q=positive_log_q)
-    return reduce_loss(per_row, reduction, valid=valid)
+        per_row = per_row * corrected_logq_weights(
+            logits, columns, positive_log_q=positives.log_q
+        )
+    return reduce_loss(per_row, reduction, valid=valid, sample_weight=sample_weight)
 
 
 class HardNegativeSoftmaxLoss(_Loss):
@@ -600,7 +646,7 @@ class HardNegativeSoftmaxLoss(_Loss):
     def __init__(
         self,
         *,
-        temperature: float = 1.0,
+        temperature: float | Temperature = 1.0,
         hardness_alpha: float = 0.0,
         num_hard_negatives: int | None = None,
         positive_in_denominator: str = "keep",
@@ -608,17 +654,14 @@ class HardNegativeSoftmaxLoss(_Loss):
         tau_plus: float = 0.0,
         beta: float = 0.0,
         min_logit: float | None = None,
-        remove_accidental_hits: bool | None = None,
+        remove_accidental_hits: bool = True,
         reduction: str = "mean",
     ) -> None:
         super().__init__(temperature=temperature, reduction=reduction)
-        if positive_in_denominator not in POSITIVE_IN_DENOMINATOR:
-            raise ValueError(
-                f"positive_in_denominator must be one of {POSITIVE_IN_DENOMINATOR}, "
-                f"got {positive_in_denominator!r}"
-            )
-        if num_hard_negatives is not None:
-            check_int_range("num_hard_negatives", num_hard_negatives, 0)
+        _check_options(
+            hardness_alpha, positive_in_denominator, dclw_sigma, tau_plus, beta, min_logit,
+            num_hard_negatives,
+        )
         self.hardness_alpha = hardness_alpha
         self.num_hard_negatives = num_hard_negatives
         self.positive_in_denominator = positive_in_denominator
@@ -629,19 +672,17 @@ class HardNegativeSoftmaxLoss(_Loss):
     def forward(
         self,
         query: torch.Tensor,
-        candidates: torch.Tensor,
+        positives: CandidateSet,
+        candidates: CandidateSet | None = None,
         *,
-        positive_ids: torch.Tensor | None = None,
-        candidate_ids: torch.Tensor | None = None,
-        log_q: torch.Tensor | None = None,
         false_negative_mask: torch.Tensor | None = None,
+        sample_weight: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return hard_negative_softmax_loss(
             query,
+            positives,
             candidates,
-            positive_ids=positive_ids,
-            candidate_ids=candidate_ids,
-            log_q=log_q,
+            sample_weight=sample_weight,
             temperature=self.temperature,
             remove_accidental_hits=self.remove_accidental_hits,
             false_negative_mask=false_negative_mask,

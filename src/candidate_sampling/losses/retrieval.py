@@ -1,35 +1,28 @@
-"""The in-batch softmax over one candidate matrix, for two-tower retrieval (chapter 5).
+"""The in-batch softmax: each row against every row's positive and more columns (chapter 5).
 
-One contract, TF Recommenders' ``Retrieval.call``: a batch of ``B`` queries is scored
-against ``C ≥ B`` candidate rows, and **row i's positive is candidate i**. Everything else
-is more candidate rows:
+One contract, TF Recommenders' ``Retrieval.call``: ``B`` queries are scored against one
+candidate matrix whose first ``B`` columns are the batch's positives — **row i's
+positive is column i** — followed by any extra columns. With
+CandidateSets (:class:`~candidate_sampling.CandidateSet`):
 
-* the plain in-batch softmax: ``candidates`` = the batch's ``B`` positives;
-* mixed negatives (Yang et al. 2020): ``candidates = cat([positives, extras])`` with ``B'``
-  extra items drawn by a sampler and shared by the batch;
-* a cross-batch memory or queue, or the positives gathered from other devices: more rows
-  after the first ``B``.
+``in_batch_softmax_loss(query, positives, candidates=None)``
 
-The loss composes the pipeline steps of :mod:`candidate_sampling.losses.core`:
+* ``positives``: the batch's ``B`` positives (:meth:`~candidate_sampling.CandidateSet.from_batch`,
+  log Q from item probabilities or a streaming estimate) — row ``i``'s positive *and* a
+  negative for every other row;
+* ``candidates``: more columns, each with its own log Q and mask — sampled extras (mixed
+  negatives), a queue, other ranks' positives, mined negatives — concatenated with
+  :meth:`~candidate_sampling.CandidateSet.concat` in any order.
 
-1. scores ``s(x_i, y_j) = u_i · v_j`` (computed in at least float32);
-2. correction ``o_ij = s_ij / τ − log Q(y_j)`` (:func:`correct_logits`; the correction is
-   *not* divided by τ);
-3. masks (:func:`accidental_hits` with ``positive_columns = arange(B)``): a column ``j ≠ i``
-   whose id equals row ``i``'s positive id is an accidental hit (a duplicate positive in
-   the batch, or an extra that happens to be the positive); it is removed;
-4. :func:`positive_column_cross_entropy` with row ``i``'s positive in column ``i``;
-5. :func:`reduce_loss`, mean over rows by default (TF Recommenders sums).
-
-``log_q`` is the log *expected count* of each candidate column among the candidates and is
-corrected on **every** column, the row's own positive included (Yi et al. 2019): the
-positive's column is one of the draws. For mixed negatives use one expression for all
-columns, e.g. :func:`~candidate_sampling.sampling.frequency.mixed_log_q`'s expected count
-``B·q(y) + B'·r(y)``.
+The loss composes the pipeline steps of :mod:`candidate_sampling.losses.core`: score,
+temperature, ``− log Q`` on **every** column (the row's own positive included: it is one
+of the draws, Yi et al. 2019), masks (other columns holding the row's positive id, and
+each set's invalid columns), the softmax cross-entropy with row ``i``'s positive in column
+``i``, the reduction (mean over rows; TF Recommenders sums).
 
 :class:`RetrievalLoss` is the module a training loop uses (TFRS's ``Retrieval`` task):
 it holds the temperature, the source of log Q, an optional extra-negative sampler and the
-hit removal, so one call per batch does the rest.
+hit removal.
 """
 
 from __future__ import annotations
@@ -39,21 +32,24 @@ from collections.abc import Callable
 import torch
 
 from candidate_sampling._validate import (
-    check_finite,
     check_int_range,
     check_probabilities,
-    check_same,
     check_tensor,
-    common_float_dtype,
 )
+from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator, inclusion_probability
 from candidate_sampling.losses.core import (
+    REPEATED_HITS,
+    Temperature,
     _Loss,
     accidental_hits,
+    apply_temperature,
+    check_temperature,
     correct_logits,
     mask_logits,
     positive_column_cross_entropy,
     reduce_loss,
+    score,
 )
 from candidate_sampling.sampling.samplers import CandidateSampler
 
@@ -62,93 +58,98 @@ __all__ = ["RetrievalLoss", "in_batch_logits", "in_batch_softmax_loss"]
 
 def in_batch_logits(
     query: torch.Tensor,
-    candidates: torch.Tensor,
+    positives: CandidateSet,
+    candidates: CandidateSet | None = None,
     *,
-    positive_ids: torch.Tensor | None = None,
-    candidate_ids: torch.Tensor | None = None,
-    log_q: torch.Tensor | None = None,
-    temperature: float | torch.Tensor = 1.0,
-    remove_accidental_hits: bool | None = None,
+    temperature: float | Temperature = 1.0,
+    remove_accidental_hits: bool = True,
+    repeated_hits: str = "mask_all",
+    removed: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Corrected, masked logits ``(B, C)`` of the in-batch layout; row i's positive is column i.
+    """Steps 1–4 of the in-batch layout: (B, B + C) logits, row ``i``'s positive in column ``i``.
 
-    Arguments as in :func:`in_batch_softmax_loss`. Logit of candidate ``j`` for row ``i``:
-    ``u_i·v_j / τ − log Q_j``; masked columns hold the finite
-    :func:`~candidate_sampling.losses.core.mask_value`.
+    Columns: ``positives`` (B) then ``candidates`` (C, optional). Logit
+    ``(u_i·v_j + b_j)/τ − log Q_ij``; removed columns (another column with the row's
+    positive id, when ``remove_accidental_hits``; invalid columns of a set; ``removed``
+    (B, B + C) bool, True = remove, e.g. known positives) hold the finite
+    :func:`~candidate_sampling.losses.core.mask_value`. A row's own positive column is
+    never removed. Chapters 5–8.
     """
-    check_tensor("query", query, ("B", "d"), floating=True)
-    check_tensor("candidates", candidates, ("C", "d"), floating=True)
-    check_same("embedding size d", query=query.shape[1], candidates=candidates.shape[1])
-    batch, num_cand = query.shape[0], candidates.shape[0]
-    if num_cand < batch:
+    check_temperature(temperature)
+    if not isinstance(positives, CandidateSet):
+        raise ValueError(f"positives must be a CandidateSet, got {type(positives).__name__}")
+    if candidates is not None and not isinstance(candidates, CandidateSet):
         raise ValueError(
-            f"candidates must have at least B = {batch} rows (row i's positive is candidate "
-            f"i), got {num_cand}"
+            f"candidates must be a CandidateSet or None, got {type(candidates).__name__}"
         )
-    if candidate_ids is not None:
-        check_tensor("candidate_ids", candidate_ids, (num_cand,), floating=False)
-    if positive_ids is not None:
-        check_tensor("positive_ids", positive_ids, (batch,), floating=False)
-    if log_q is not None:
-        check_tensor("log_q", log_q, (num_cand,), floating=True)
-        check_finite("log_q", log_q)
-    if remove_accidental_hits is None:
-        remove_accidental_hits = candidate_ids is not None
-    dtype = common_float_dtype(query=query, candidates=candidates)
-    scores = query.to(dtype) @ candidates.to(dtype).T  # (B, C), a fresh tensor of our own
-    # corrected and masked in place: the (B, C) matrix exists once, not once per step
+    check_tensor("query", query, ("B", "d"), floating=True)
+    batch = query.shape[0]
+    if positives.num_candidates != batch:
+        raise ValueError(
+            f"positives must have B = {batch} columns (one per row of query), "
+            f"got {positives.num_candidates}"
+        )
+    columns = positives if candidates is None else CandidateSet.concat(positives, candidates)
+    logits = score(query, columns)  # (B, B + C), a fresh tensor of our own
     logits = correct_logits(
-        scores, None if log_q is None else log_q[None, :], temperature=temperature, inplace=True
+        apply_temperature(logits, temperature, inplace=True), columns.log_q, inplace=True
     )
+    own = torch.arange(batch, device=logits.device)
+    mask = None
     if remove_accidental_hits:
-        if candidate_ids is None:
-            raise ValueError(
-                "candidate_ids are needed to remove accidental hits (remove_accidental_hits=True)"
-            )
-        if positive_ids is None:
-            positive_ids = candidate_ids[:batch]
-        columns = torch.arange(batch, device=positive_ids.device)
-        hits = accidental_hits(positive_ids, candidate_ids, positive_columns=columns)
-        logits = mask_logits(logits, hits.to(logits.device), inplace=True)
-    return logits
+        mask = accidental_hits(
+            positives.ids, columns.ids, positive_columns=own, repeated_hits=repeated_hits
+        )
+    elif repeated_hits not in REPEATED_HITS:
+        raise ValueError(f"repeated_hits must be one of {REPEATED_HITS}, got {repeated_hits!r}")
+    invalid = None
+    if columns.mask is not None:
+        invalid = ~columns.mask
+    if removed is not None:
+        check_tensor("removed", removed, (batch, columns.num_candidates))
+        if removed.dtype != torch.bool:
+            raise ValueError(f"removed must be a bool tensor, got {removed.dtype}")
+        invalid = removed.to(logits.device) if invalid is None else invalid | removed
+    if invalid is not None:
+        invalid = invalid.expand(batch, -1).clone()
+        invalid[own, own] = False  # the row's own positive stays
+        mask = invalid if mask is None else mask | invalid
+    return mask_logits(logits, mask, inplace=True)
 
 
 def in_batch_softmax_loss(
     query: torch.Tensor,
-    candidates: torch.Tensor,
+    positives: CandidateSet,
+    candidates: CandidateSet | None = None,
     *,
-    positive_ids: torch.Tensor | None = None,
-    candidate_ids: torch.Tensor | None = None,
-    log_q: torch.Tensor | None = None,
-    temperature: float | torch.Tensor = 1.0,
-    remove_accidental_hits: bool | None = None,
+    temperature: float | Temperature = 1.0,
+    remove_accidental_hits: bool = True,
+    repeated_hits: str = "mask_all",
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """In-batch softmax over one candidate matrix (Yi et al. 2019; TFRS ``Retrieval.call``).
+    """In-batch softmax over ``positives`` and extra ``candidates`` (Yi et al. 2019; TFRS).
 
-    ``ℓ_i = −o_ii + log Σ_{j unmasked} exp(o_ij)``, ``o_ij = u_i·v_j / τ − log Q(y_j)``.
-
-    ``query``: (B, d); ``candidates``: (C, d) with ``C ≥ B``, row ``i``'s positive in row
-    ``i`` — the batch's positives, then any extra candidates (mixed negatives, a queue,
-    other devices' positives); ``candidate_ids``: (C,) their ids; ``positive_ids``: (B,),
-    defaults to ``candidate_ids[:B]``; ``log_q``: (C,) log expected count of each column
-    (``None``: no correction, TFRS's tutorial); ``remove_accidental_hits``: mask every
-    column ``j ≠ i`` whose id is row ``i``'s positive id — ``None`` (default) means "when
-    ``candidate_ids`` are given" (TFRS's default is False). Half inputs are computed in
-    float32; mixed float dtypes are promoted. Reduction over rows: ``"mean"`` (default),
-    ``"sum"`` (TFRS) or ``"none"``. Chapter 5.
+    ``ℓ_i = −o_ii + log Σ_{j unmasked} exp(o_ij)``, ``o_ij = (u_i·v_j + b_j)/τ − log Q_ij``
+    over the columns ``[positives | candidates]``. ``query``: (B, d); ``positives``: a
+    CandidateSet of the ``B`` positives (row ``i``'s in column ``i``); ``candidates``:
+    more columns (mixed negatives, a queue, other ranks, mined), or None.
+    ``remove_accidental_hits`` (default True; TFRS's default is False): remove every
+    other column whose id is row ``i``'s positive id (``repeated_hits`` as in
+    :func:`~candidate_sampling.losses.core.accidental_hits`). ``sample_weight``: (B,).
+    Reduction over rows: ``"mean"`` (default), ``"sum"`` (TFRS) or ``"none"``. Chapter 5.
     """
     logits = in_batch_logits(
         query,
+        positives,
         candidates,
-        positive_ids=positive_ids,
-        candidate_ids=candidate_ids,
-        log_q=log_q,
         temperature=temperature,
         remove_accidental_hits=remove_accidental_hits,
+        repeated_hits=repeated_hits,
     )
     columns = torch.arange(query.shape[0], device=logits.device)
-    return reduce_loss(positive_column_cross_entropy(logits, columns), reduction)
+    per_row = positive_column_cross_entropy(logits, columns)
+    return reduce_loss(per_row, reduction, sample_weight=sample_weight)
 
 
 class RetrievalLoss(_Loss):
@@ -170,8 +171,9 @@ class RetrievalLoss(_Loss):
       expected count is ``1 − (1 − r)^num_tries`` instead of ``B'·r``).
     * ``remove_accidental_hits`` (default True), ``temperature``, ``reduction``.
 
-    ``forward(query (B, d), positive_embeddings (B, d), positive_ids (B,) or None, *,
-    item_encoder=None, generator=None)`` → the loss of :func:`in_batch_softmax_loss`.
+    ``forward(query (B, d), positive_embeddings (B, d), positive_ids (B,), *,
+    item_encoder=None, sample_weight=None, generator=None)`` → the loss of
+    :func:`in_batch_softmax_loss` with the CandidateSets it builds.
     """
 
     _options = (
@@ -186,7 +188,7 @@ class RetrievalLoss(_Loss):
     def __init__(
         self,
         *,
-        temperature: float = 1.0,
+        temperature: float | Temperature = 1.0,
         item_probabilities: torch.Tensor | None = None,
         frequency_estimator: StreamingFrequencyEstimator | None = None,
         sampler: CandidateSampler | None = None,
@@ -242,35 +244,29 @@ class RetrievalLoss(_Loss):
         self,
         query: torch.Tensor,
         positive_embeddings: torch.Tensor,
-        positive_ids: torch.Tensor | None = None,
+        positive_ids: torch.Tensor,
         *,
         item_encoder: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        sample_weight: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         batch = query.shape[0]
-        needs_ids = (
-            self.remove_accidental_hits or self.log_q_source != "none" or self.num_samples > 0
-        )
-        if positive_ids is None and needs_ids:
-            raise ValueError("positive_ids are needed for log Q, extra negatives or hit removal")
+        check_tensor("positive_ids", positive_ids, (batch,), floating=False)
         if self.frequency_estimator is not None:
             self.frequency_estimator.update(positive_ids)
-        candidates, candidate_ids = positive_embeddings, positive_ids
+        positives = CandidateSet(positive_embeddings, positive_ids)
+        extras = draw = None
         if self.num_samples:
             if item_encoder is None:
                 raise ValueError("item_encoder is needed to embed the sampled extra negatives")
             draw = self.sampler.sample(self.num_samples, unique=self.unique, generator=generator)
-            extra_ids = draw.ids.to(positive_ids.device)
-            extra = item_encoder(extra_ids)
-            dtype = torch.promote_types(positive_embeddings.dtype, extra.dtype)  # never round down
-            candidates = torch.cat([positive_embeddings.to(dtype), extra.to(dtype)])
-            candidate_ids = torch.cat([positive_ids, extra_ids])
-        log_q = None
-        counts = None if candidate_ids is None else self._batch_counts(candidate_ids, batch)
-        if counts is not None:
-            if self.num_samples:
-                r = self.sampler.probs[candidate_ids.to(self.sampler.device)].double()
-                # expected count among the extras: B'·r, or 1 − (1 − r)^tries if unique
+            extras = CandidateSet.from_ids(draw.ids.to(positive_ids.device), item_encoder)
+        if self.log_q_source != "none":
+            # one expression for every column: Q* = B·q(y) + (expected count among extras)
+            ids = positive_ids if extras is None else torch.cat([positive_ids, extras.ids])
+            counts = self._batch_counts(ids, batch)
+            if extras is not None:
+                r = self.sampler.probs[ids.to(self.sampler.device)].double()
                 extra_counts = (
                     inclusion_probability(r, draw.num_tries)
                     if draw.unique
@@ -278,13 +274,15 @@ class RetrievalLoss(_Loss):
                 )
                 counts = counts + extra_counts.to(counts.device)
             log_q = torch.log(counts).float().to(query.device)
+            positives = CandidateSet(positive_embeddings, positive_ids, log_q[:batch])
+            if extras is not None:
+                extras = CandidateSet(extras.embeddings, extras.ids, log_q[batch:])
         return in_batch_softmax_loss(
             query,
-            candidates,
-            positive_ids=positive_ids,
-            candidate_ids=candidate_ids,
-            log_q=log_q,
+            positives,
+            extras,
             temperature=self.temperature,
             remove_accidental_hits=self.remove_accidental_hits,
+            sample_weight=sample_weight,
             reduction=self.reduction,
         )

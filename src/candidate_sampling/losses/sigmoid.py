@@ -36,28 +36,32 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from candidate_sampling._validate import (
-    check_finite,
-    check_reduction,
-    check_same,
-    check_tensor,
-    common_float_dtype,
+from candidate_sampling._validate import check_finite, check_reduction, check_tensor
+from candidate_sampling.candidates import CandidateSet
+from candidate_sampling.losses.core import (
+    Temperature,
+    accidental_hits,
+    apply_temperature,
+    check_temperature,
+    correct_logits,
+    logistic_terms,
+    reduce_loss,
+    score,
 )
-from candidate_sampling.losses.core import accidental_hits, correct_logits, reduce_loss
 
 __all__ = [
     "SIGLIP_BIAS_INIT",
-    "SIGLIP_LOG_SCALE_INIT",
+    "SIGLIP_SCALE_INIT",
     "SigmoidPairwiseLoss",
+    "sigmoid_pair_terms",
     "sigmoid_pairwise_logits",
     "sigmoid_pairwise_loss",
 ]
 
-SIGLIP_LOG_SCALE_INIT = math.log(10.0)
-"""SigLIP's initial log-scale ``t' = log 10`` (scale ``t = e^{t'} = 10``, i.e. τ = 0.1)."""
+SIGLIP_SCALE_INIT = 10.0
+"""SigLIP's initial scale ``t = e^{t'} = 10`` (τ = 0.1)."""
 SIGLIP_BIAS_INIT = -10.0
 """SigLIP's initial bias ``b = −10``."""
 
@@ -67,194 +71,157 @@ def _check_bias(bias: float | torch.Tensor) -> None:
         if bias.numel() != 1:
             raise ValueError(f"bias must be a scalar, got a tensor of shape {tuple(bias.shape)}")
         check_finite("bias", bias.detach())
+    elif isinstance(bias, bool) or not isinstance(bias, (int, float)):
+        raise ValueError(f"bias must be a number or a 0-dim tensor, got {type(bias).__name__}")
     elif not math.isfinite(float(bias)):
         raise ValueError(f"bias must be finite, got {bias!r}")
 
 
 def sigmoid_pairwise_logits(
     query: torch.Tensor,
-    candidates: torch.Tensor,
+    candidates: CandidateSet,
     *,
-    temperature: float | torch.Tensor = 1.0,
+    temperature: float | Temperature = 1.0,
     bias: float | torch.Tensor = 0.0,
-    log_q: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Pairwise logits ``z_ij = u_i·v_j / τ − log Q_j + b``: (B, d) × (C, d) → (B, C).
+    """Pairwise logits ``z_ij = (u_i·v_j + b_j)/τ − log Q_j + b``: (B, d) × C columns → (B, C).
 
-    ``temperature`` τ (SigLIP's scale is ``t = 1/τ``) and ``bias`` b may be 0-dim tensors
-    with gradients (learned); ``log_q``: (C,) log expected count of each candidate, or None.
-    Computed in at least float32 (mixed float dtypes are promoted).
+    Steps 1–3 of the pipeline plus SigLIP's bias ``b`` (a float or a 0-dim tensor with a
+    gradient); ``temperature``: a float or a :class:`~candidate_sampling.losses.core.Temperature`
+    (SigLIP's learnable scale ``t = 1/τ``: ``Temperature.from_scale(10, learnable=True)``).
     """
-    check_tensor("query", query, ("B", "d"), floating=True)
-    check_tensor("candidates", candidates, ("C", "d"), floating=True)
-    check_same("embedding size d", query=query.shape[1], candidates=candidates.shape[1])
-    if log_q is not None:
-        check_tensor("log_q", log_q, (candidates.shape[0],), floating=True)
-        check_finite("log_q", log_q)
+    check_temperature(temperature)
     _check_bias(bias)
-    dtype = common_float_dtype(query=query, candidates=candidates)
-    scores = query.to(dtype) @ candidates.to(dtype).T  # fresh: corrected in place
-    logits = correct_logits(
-        scores, None if log_q is None else log_q[None, :], temperature=temperature, inplace=True
-    )
+    logits = apply_temperature(score(query, candidates), temperature, inplace=True)
+    logits = correct_logits(logits, candidates.log_q, inplace=True)
     if isinstance(bias, torch.Tensor):
         return logits + bias.to(logits.dtype)
-    return logits + bias if bias != 0.0 else logits
+    return logits.add_(bias) if bias != 0.0 else logits
 
 
-def _pair_terms(
+def sigmoid_pair_terms(
     logits: torch.Tensor,
+    positive_ids: torch.Tensor,
+    candidate_ids: torch.Tensor,
     *,
-    positive_ids: torch.Tensor | None,
-    candidate_ids: torch.Tensor | None,
-    has_positives: bool,
-    remove_accidental_hits: bool,
+    positive_columns: torch.Tensor | None,
+    remove_accidental_hits: bool = True,
+    removed: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-row ``Σ_j w_ij softplus(z_ij) − [has_positives] z_ii`` (B,), ``w`` = 0 on hits.
+    """Per-row sums of SigLIP's logistic terms over a block of columns, (B, C) → (B,).
 
-    ``has_positives``: column ``i`` is row ``i``'s positive (the local block of the ring);
-    False for a block of candidates that holds no positive of these rows.
+    ``Σ_j w_ij softplus(z_ij) − z_{i,c_i}``: label 1 on row ``i``'s positive column
+    ``positive_columns[i]`` (None: the block holds no positive of these rows, e.g. another
+    device's block in the ring), 0 elsewhere; ``w_ij = 0`` on accidental hits (other
+    columns with the row's positive id) and on ``removed`` (B, C) bool columns.
     """
-    terms = F.softplus(logits)
+    hits = None
     if remove_accidental_hits:
-        columns = None
-        if has_positives:
-            columns = torch.arange(logits.shape[0], device=positive_ids.device)
-        hits = accidental_hits(positive_ids, candidate_ids, positive_columns=columns)
-        terms = terms.masked_fill(hits.to(terms.device), 0.0)
-    per_row = terms.sum(1)
-    if has_positives:
-        per_row = per_row - logits.diagonal()
+        hits = accidental_hits(positive_ids, candidate_ids, positive_columns=positive_columns)
+    if removed is not None:
+        hits = removed if hits is None else hits | removed
+    per_row = logistic_terms(logits, 0.0, removed=hits).sum(1)
+    if positive_columns is not None:
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        per_row = per_row - logits[rows, positive_columns.to(logits.device)]
     return per_row
-
-
-def _resolve_hits(
-    batch: int,
-    positive_ids: torch.Tensor | None,
-    candidate_ids: torch.Tensor | None,
-    num_candidates: int,
-    remove_accidental_hits: bool | None,
-    *,
-    positives_in_candidates: bool = True,
-) -> tuple[torch.Tensor | None, bool]:
-    """Check the ids and settle ``remove_accidental_hits`` (None = "when ids are given")."""
-    if candidate_ids is not None:
-        check_tensor("candidate_ids", candidate_ids, (num_candidates,), floating=False)
-    if positive_ids is not None:
-        check_tensor("positive_ids", positive_ids, (batch,), floating=False)
-    if remove_accidental_hits is None:
-        remove_accidental_hits = candidate_ids is not None
-    if remove_accidental_hits:
-        if candidate_ids is None:
-            raise ValueError(
-                "candidate_ids are needed to remove accidental hits (remove_accidental_hits=True)"
-            )
-        if positive_ids is None:
-            if not positives_in_candidates:
-                raise ValueError("positive_ids are needed to remove accidental hits")
-            positive_ids = candidate_ids[:batch]
-    return positive_ids, remove_accidental_hits
 
 
 def sigmoid_pairwise_loss(
     query: torch.Tensor,
-    candidates: torch.Tensor,
+    positives: CandidateSet,
+    candidates: CandidateSet | None = None,
     *,
-    temperature: float | torch.Tensor = 1.0,
+    temperature: float | Temperature = 1.0,
     bias: float | torch.Tensor = 0.0,
-    positive_ids: torch.Tensor | None = None,
-    candidate_ids: torch.Tensor | None = None,
-    log_q: torch.Tensor | None = None,
-    remove_accidental_hits: bool | None = None,
+    remove_accidental_hits: bool = True,
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """SigLIP's pairwise sigmoid loss (Zhai et al. 2023) in the in-batch layout.
 
-    ``ℓ_i = Σ_j softplus(z_ij) − z_ii`` with ``z_ij = u_i·v_j / τ − log Q_j + b``: a
-    logistic loss with label 1 on column ``i`` (row ``i``'s positive) and 0 on every other
-    column. ``query``: (B, d); ``candidates``: (C, d), ``C ≥ B``, row ``i``'s positive in
-    row ``i`` (more rows are more negatives: other devices' positives, a queue);
-    ``temperature`` τ = 1/t and ``bias`` b: floats or 0-dim tensors (learnable, see
-    :class:`SigmoidPairwiseLoss`); ``log_q``: (C,) log expected counts or None;
-    ``candidate_ids`` (C,) / ``positive_ids`` (B,, default ``candidate_ids[:B]``) with
-    ``remove_accidental_hits`` (None = "when ``candidate_ids`` are given") drop every
-    term ``j ≠ i`` whose id is row ``i``'s positive id (zero weight).
-
-    Reduction over rows of the per-row sums: ``"mean"`` (default; SigLIP's sum over pairs
-    divided by the batch size), ``"sum"`` or ``"none"``. Computed in at least float32.
-    Chapter 7.
+    ``ℓ_i = Σ_j softplus(z_ij) − z_ii`` with ``z_ij = (u_i·v_j + b_j)/τ − log Q_j + b``
+    over the columns ``[positives | candidates]``: a logistic loss with label 1 on column
+    ``i`` (row ``i``'s positive) and 0 on every other column. ``query``: (B, d);
+    ``positives``: a CandidateSet of the B positives; ``candidates``: more columns (other
+    devices' positives, a queue) or None; ``remove_accidental_hits`` (default True): drop
+    every term ``j ≠ i`` whose id is row ``i``'s positive id; invalid columns of a set are
+    dropped too. Reduction over rows of the per-row sums, weighted by ``sample_weight``:
+    ``"mean"`` (default; SigLIP's sum over pairs divided by the batch size), ``"sum"`` or
+    ``"none"``. Chapter 7.
     """
     check_reduction(reduction)
-    logits = sigmoid_pairwise_logits(
-        query, candidates, temperature=temperature, bias=bias, log_q=log_q
-    )
-    batch, num_cand = logits.shape
-    if num_cand < batch:
+    if not isinstance(positives, CandidateSet):
+        raise ValueError(f"positives must be a CandidateSet, got {type(positives).__name__}")
+    if candidates is not None and not isinstance(candidates, CandidateSet):
         raise ValueError(
-            f"candidates must have at least B = {batch} rows (row i's positive is candidate "
-            f"i), got {num_cand}"
+            f"candidates must be a CandidateSet or None, got {type(candidates).__name__}"
         )
-    positive_ids, remove = _resolve_hits(
-        batch, positive_ids, candidate_ids, num_cand, remove_accidental_hits
-    )
-    per_row = _pair_terms(
+    check_tensor("query", query, ("B", "d"), floating=True)
+    batch = query.shape[0]
+    if positives.num_candidates != batch:
+        raise ValueError(
+            f"positives must have B = {batch} columns (one per row of query), "
+            f"got {positives.num_candidates}"
+        )
+    columns = positives if candidates is None else CandidateSet.concat(positives, candidates)
+    logits = sigmoid_pairwise_logits(query, columns, temperature=temperature, bias=bias)
+    removed = None
+    if columns.mask is not None:
+        removed = (~columns.mask).expand(batch, -1).clone()
+        own = torch.arange(batch, device=removed.device)
+        removed[own, own] = False
+    per_row = sigmoid_pair_terms(
         logits,
-        positive_ids=positive_ids,
-        candidate_ids=candidate_ids,
-        has_positives=True,
-        remove_accidental_hits=remove,
+        positives.ids,
+        columns.ids,
+        positive_columns=torch.arange(batch, device=logits.device),
+        remove_accidental_hits=remove_accidental_hits,
+        removed=removed,
     )
-    return reduce_loss(per_row, reduction)
+    return reduce_loss(per_row, reduction, sample_weight=sample_weight)
 
 
 class SigmoidPairwiseLoss(nn.Module):
-    """SigLIP's loss with a learnable scale and bias: ``z = e^{t'} · s − log Q + b``.
+    """SigLIP's loss with a learnable scale and bias: ``z = t · s − log Q + b``.
 
-    ``log_scale`` t' (initial ``log 10``, so the scale ``t = 10`` and τ = 0.1) and ``bias``
-    b (initial −10) are ``nn.Parameter`` s when ``learnable=True`` (the default; give them
-    to the optimizer with the model's parameters), buffers otherwise. The scale is stored
-    in log space so that it stays positive. ``forward(query, candidates, *,
-    positive_ids=None, candidate_ids=None, log_q=None)`` is
-    :func:`sigmoid_pairwise_loss` with ``temperature = e^{−t'}``. Chapter 7.
+    ``scale`` t (initial 10, τ = 0.1) is a :class:`~candidate_sampling.losses.core.Temperature`
+    made with ``Temperature.from_scale`` (learned in log space, so it stays positive; its
+    errors name ``scale``); ``bias`` b (initial −10) an ``nn.Parameter`` when
+    ``learnable=True`` (the default), a buffer otherwise. ``forward(query, positives,
+    candidates=None, *, sample_weight=None)`` is :func:`sigmoid_pairwise_loss`. Chapter 7.
     """
 
     def __init__(
         self,
         *,
-        log_scale: float = SIGLIP_LOG_SCALE_INIT,
+        scale: float = SIGLIP_SCALE_INIT,
         bias: float = SIGLIP_BIAS_INIT,
         learnable: bool = True,
-        remove_accidental_hits: bool | None = None,
+        remove_accidental_hits: bool = True,
         reduction: str = "mean",
     ) -> None:
         super().__init__()
-        for name, value in (("log_scale", log_scale), ("bias", bias)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{name} must be a number, got {type(value).__name__}")
-            if not math.isfinite(value):
-                raise ValueError(f"{name} must be finite, got {value!r}")
-            tensor = torch.tensor(float(value))
-            if learnable:
-                setattr(self, name, nn.Parameter(tensor))
-            else:
-                self.register_buffer(name, tensor)
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+            raise ValueError(f"scale must be a number, got {type(scale).__name__}")
+        self.temperature = Temperature.from_scale(scale, learnable=learnable)
+        _check_bias(bias)
+        tensor = torch.tensor(float(bias))
+        if learnable:
+            self.bias = nn.Parameter(tensor)
+        else:
+            self.register_buffer("bias", tensor)
         self.remove_accidental_hits = remove_accidental_hits
         self.reduction = check_reduction(reduction)
 
     @property
     def scale(self) -> torch.Tensor:
-        """``t = exp(log_scale)``, a 0-dim tensor."""
-        return self.log_scale.exp()
-
-    @property
-    def temperature(self) -> torch.Tensor:
-        """``τ = 1/t = exp(−log_scale)``, a 0-dim tensor."""
-        return (-self.log_scale).exp()
+        """``t = 1/τ``, a 0-dim tensor."""
+        return self.temperature.scale
 
     def extra_repr(self) -> str:
         return (
-            f"scale={float(self.scale.detach()):.4g}, bias={float(self.bias.detach()):.4g}, "
-            f"learnable={isinstance(self.bias, nn.Parameter)}, "
+            f"bias={float(self.bias.detach()):.4g}, "
             f"remove_accidental_hits={self.remove_accidental_hits!r}, "
             f"reduction={self.reduction!r}"
         )
@@ -262,20 +229,18 @@ class SigmoidPairwiseLoss(nn.Module):
     def forward(
         self,
         query: torch.Tensor,
-        candidates: torch.Tensor,
+        positives: CandidateSet,
+        candidates: CandidateSet | None = None,
         *,
-        positive_ids: torch.Tensor | None = None,
-        candidate_ids: torch.Tensor | None = None,
-        log_q: torch.Tensor | None = None,
+        sample_weight: torch.Tensor | None = None,
     ) -> torch.Tensor:
         return sigmoid_pairwise_loss(
             query,
+            positives,
             candidates,
             temperature=self.temperature,
             bias=self.bias,
-            positive_ids=positive_ids,
-            candidate_ids=candidate_ids,
-            log_q=log_q,
             remove_accidental_hits=self.remove_accidental_hits,
+            sample_weight=sample_weight,
             reduction=self.reduction,
         )
