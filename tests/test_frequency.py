@@ -191,3 +191,21 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="ids must be non-negative"):
         est.estimate(torch.tensor([-1]))
     assert math.isfinite(float(est.estimate(torch.tensor([3]))))
+
+
+def test_batch_log_q_is_the_log_expected_count_and_names_bad_ids():
+    from candidate_sampling.sampling.frequency import batch_log_q
+
+    p = torch.tensor([0.5, 0.25, 0.25, 0.0], dtype=torch.float64)
+    ids = torch.tensor([[0, 2], [1, 1]])
+    got = batch_log_q(ids, p, num_draws=6)
+    assert got.dtype == torch.float32 and got.shape == (2, 2)
+    torch.testing.assert_close(got, torch.log(6 * p[ids]).float())
+    with pytest.raises(ValueError, match=r"positive_ids must lie in \[0, 4\)"):
+        batch_log_q(torch.tensor([-1]), p, num_draws=2, name="positive_ids")  # no wrap to p[-1]
+    with pytest.raises(ValueError, match="must be > 0 for every id of ids, got 0 for id 3"):
+        batch_log_q(torch.tensor([0, 3]), p, num_draws=2)
+    with pytest.raises(ValueError, match="num_draws must be >= 1"):
+        batch_log_q(ids, p, num_draws=0)
+    with pytest.raises(ValueError, match="item_probabilities must lie in"):
+        batch_log_q(ids, p * 3, num_draws=1)

@@ -157,6 +157,12 @@ def batch_log_q(
     check_ids(name, ids, item_probabilities.shape[0])
     check_int_range("num_draws", num_draws, 1)
     p = item_probabilities[ids.to(item_probabilities.device).long()]
+    if get_validate_args() and bool((p == 0).any()):
+        bad = int(ids.reshape(-1)[(p == 0).reshape(-1).to(ids.device)][0])
+        raise ValueError(
+            f"item_probabilities must be > 0 for every id of {name}, got 0 for id {bad} "
+            "(log Q would be -inf: an item the training positives never hold)"
+        )
     return _log_expected_count(p, num_draws, num_draws, False).to(ids.device)
 
 

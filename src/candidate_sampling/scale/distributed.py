@@ -17,8 +17,8 @@ rows of activations. Three things must be right, and each is a known bug elsewhe
    W−1, 0, …, r−1``), so the package's in-batch contract holds unchanged and
    :func:`~candidate_sampling.losses.in_batch_softmax_loss` needs no offset. The rank
    order is available too: this rank's block starts at ``offset = sum(sizes[:rank])``
-   (:func:`rank_sizes`; the global index of local row ``i`` is ``offset + i``). A gather that *interleaves* the ranks'
-   rows instead of concatenating them makes the labels point at other rows' positives;
+   (:func:`rank_sizes`; the global index of local row ``i`` is ``offset + i``). A gather
+   that *interleaves* the ranks' rows instead of concatenating them makes the labels point at other rows' positives;
    sentence-transformers shipped exactly that bug, and the tests include an interleaved
    gather to show that they catch it.
 3. **Duplicates are global.** The same item can be a positive on two ranks; the gathered
@@ -55,6 +55,7 @@ from candidate_sampling._validate import (
     check_reduction,
     check_same,
     check_tensor,
+    validate_args,
 )
 from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.losses.core import Temperature, reduce_loss
@@ -244,13 +245,14 @@ def gather_candidates(
         out = _local_first(all_gather_with_grad(carried, group=group, sizes=sizes), offset)
         return out.bool() if t.dtype == torch.bool else out
 
-    gathered = CandidateSet(
-        gather(positives.embeddings),
-        gather(positives.ids),
-        gather(positives.log_q),
-        gather(positives.mask),
-        gather(positives.bias),
-    )
+    with validate_args(False):  # every rank's set was checked when it was made
+        gathered = CandidateSet(
+            gather(positives.embeddings),
+            gather(positives.ids),
+            gather(positives.log_q),
+            gather(positives.mask),
+            gather(positives.bias),
+        )
     return _with_log_q(gathered, item_probabilities, sum(sizes))
 
 
@@ -343,7 +345,8 @@ def _ring_shift(tensor: torch.Tensor | None, group) -> torch.Tensor | None:
 def _ring_shift_set(chunk: CandidateSet, group) -> CandidateSet:
     """The CandidateSet held by rank r − 1, every field passed one step along the ring."""
     fields = ("embeddings", "ids", "log_q", "mask", "bias")
-    return CandidateSet(*(_ring_shift(getattr(chunk, name), group) for name in fields))
+    with validate_args(False):  # values were checked on the rank that made the chunk
+        return CandidateSet(*(_ring_shift(getattr(chunk, name), group) for name in fields))
 
 
 def ring_sigmoid_loss(
