@@ -18,14 +18,13 @@ rows of activations. Three things must be right, and each is a known bug elsewhe
    :func:`~candidate_sampling.losses.in_batch_softmax_loss` needs no offset. The rank
    order is available too: this rank's block starts at ``offset = sum(sizes[:rank])``
    (:func:`rank_sizes`; the global index of local row ``i`` is ``offset + i``). A gather
-   that *interleaves* the ranks' rows instead of concatenating them makes the labels point at other rows' positives;
-   sentence-transformers shipped exactly that bug, and the tests include an interleaved
-   gather to show that they catch it.
+   that *interleaves* the ranks' rows instead of concatenating them makes the labels point
+   at other rows' positives; sentence-transformers shipped exactly that bug, and the tests
+   include an interleaved gather to show that they catch it.
 3. **Duplicates are global.** The same item can be a positive on two ranks; the gathered
    ids (the :class:`~candidate_sampling.CandidateSet`'s ``ids``) let the loss mask it as
-   an accidental hit across ranks. And the
-   log Q of a gathered candidate is its expected count in the *global* batch, ``N·p(y)``
-   (chapter 5's ``B·p`` with ``B → N``).
+   an accidental hit across ranks. And the log Q of a gathered candidate is its expected
+   count in the *global* batch, ``N·p(y)`` (chapter 5's ``B·p`` with ``B → N``).
 
 :func:`ring_sigmoid_loss` is SigLIP's chunked cross-device sigmoid loss: no gather, each
 rank passes its candidate chunk to the next rank ``W − 1`` times. :func:`launch` starts
