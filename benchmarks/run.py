@@ -41,7 +41,11 @@ Three modes:
   ratios are noise and are labelled ``mode: smoke`` in ``summary.json``.
 
 ``--only`` runs a subset (and keeps the other entries of an earlier run of the same mode
-in ``summary.json``).
+in ``summary.json``). ``--repeats N`` runs each selected benchmark N times in a row and
+reports every headline ratio as its median over the runs, with the minimum and maximum
+(``summary.json``: ``ratio_runs``); the appendix is regenerated with
+
+    python benchmarks/run.py --repeats 3 --out book/benchmarks
 """
 
 from __future__ import annotations
@@ -98,11 +102,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="catalogue sizes for the catalogue benchmark, e.g. 1e4,1e5,1e6",
     )
     parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run each selected benchmark this many times; summary.json/.md report every "
+        "headline ratio's median, min and max over the runs (the appendix uses 3)",
+    )
+    parser.add_argument(
         "--device",
         default=None,
         help="force a device (sets $CANDIDATE_SAMPLING_DEVICE), e.g. cpu, cuda",
     )
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.only is not None:
         names = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in names if n not in BENCHMARKS]
@@ -119,6 +132,23 @@ def smoke_kwargs(run) -> dict:
     import inspect
 
     return {"smoke": True} if "smoke" in inspect.signature(run).parameters else {}
+
+
+def ratio_spread(runs: list[dict]) -> dict[str, dict]:
+    """Per ratio, over the runs that produced a number: values, median, min, max."""
+    import statistics
+
+    out = {}
+    for key in dict.fromkeys(k for run in runs for k in run):
+        values = [run[key] for run in runs if run.get(key) is not None]
+        if values:
+            out[key] = {
+                "values": values,
+                "median": statistics.median(values),
+                "min": min(values),
+                "max": max(values),
+            }
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -188,37 +218,54 @@ def main(argv: list[str] | None = None) -> dict:
     start_all = time.perf_counter()
     failures: list[str] = []
     for name in selected:
-        print(f"== {name}", flush=True)
-        before = machine_info()
-        start = time.perf_counter()
-        kwargs = {"sizes": args.sizes} if name == "catalogue" and args.sizes else {}
-        if args.smoke:
-            kwargs.update(smoke_kwargs(modules[name].run))
-        try:
-            result = modules[name].run(out, quick=args.quick or args.smoke, **kwargs)
-        except Exception as err:  # noqa: BLE001 - report, run the other benchmarks, exit 1
-            message = f"{type(err).__name__}: {err}"
-            print(f"  {name} FAILED: {message}", flush=True)
-            failures.append(name)
-            entries[name] = {"failed": message, "utc": before["utc"]}
-            continue
-        result["mode"] = mode
-        result["seconds"] = time.perf_counter() - start
-        result["machine"] = before
-        result["load_average_after"] = load_average()
-        write_json(out / f"{name}.json", result)
-        for key, value in result.get("ratios", {}).items():
-            print_ratio(key, value)
-        entries[name] = {
-            "seconds": result["seconds"],
-            "plots": result.get("plots", []),
-            "utc": before["utc"],
-            "torch_threads": before["torch_threads"],
-            "load_average_before": before["load_average_1_5_15min"],
-            "load_average_after": result["load_average_after"],
-            "ratios": result.get("ratios", {}),
-            "targets": result.get("targets", []),
-        }
+        runs: list[dict] = []  # the ratios of each run of this benchmark
+        for rep in range(args.repeats):
+            label = f" (run {rep + 1} of {args.repeats})" if args.repeats > 1 else ""
+            print(f"== {name}{label}", flush=True)
+            before = machine_info()
+            start = time.perf_counter()
+            kwargs = {"sizes": args.sizes} if name == "catalogue" and args.sizes else {}
+            if args.smoke:
+                kwargs.update(smoke_kwargs(modules[name].run))
+            try:
+                result = modules[name].run(out, quick=args.quick or args.smoke, **kwargs)
+            except Exception as err:  # noqa: BLE001 - report, run the other benchmarks, exit 1
+                message = f"{type(err).__name__}: {err}"
+                print(f"  {name} FAILED: {message}", flush=True)
+                failures.append(name)
+                entries[name] = {"failed": message, "utc": before["utc"]}
+                break
+            result["mode"] = mode
+            result["seconds"] = time.perf_counter() - start
+            result["machine"] = before
+            result["load_average_after"] = load_average()
+            result["run"] = rep + 1
+            write_json(out / f"{name}.json", result)  # the files of the last run are kept
+            for key, value in result.get("ratios", {}).items():
+                print_ratio(key, value)
+            runs.append(result.get("ratios", {}))
+            entries[name] = {
+                "seconds": result["seconds"],
+                "plots": result.get("plots", []),
+                "utc": before["utc"],
+                "torch_threads": before["torch_threads"],
+                "load_average_before": before["load_average_1_5_15min"],
+                "load_average_after": result["load_average_after"],
+                "ratios": result.get("ratios", {}),
+                "targets": result.get("targets", []),
+                "runs": rep + 1,
+            }
+        if len(runs) > 1:
+            # every headline ratio over the runs: the median is reported, with min and max
+            spread = ratio_spread(runs)
+            entries[name]["ratio_runs"] = {k: v["values"] for k, v in spread.items()}
+            entries[name]["ratios"] = {k: v["median"] for k, v in spread.items()}
+            for key, v in spread.items():
+                print(
+                    f"ratio {key} over {len(v['values'])} runs: median {fmt_ratio(v['median'])}"
+                    f" (min {fmt_ratio(v['min'])}, max {fmt_ratio(v['max'])})",
+                    flush=True,
+                )
     ordered = {k: entries[k] for k in BENCHMARKS if k in entries}
     ratios = {k: v for e in ordered.values() for k, v in e.get("ratios", {}).items()}
     targets = [t for e in ordered.values() for t in e.get("targets", [])]
@@ -232,7 +279,19 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds": time.perf_counter() - start_all,
     }
     write_json(out / "summary.json", summary)
-    rows = [{"k": f"`{k}`", "v": fmt_ratio(v)} for k, v in ratios.items()]
+    spreads = {k: v for e in ordered.values() for k, v in e.get("ratio_runs", {}).items()}
+    rows = [
+        {
+            "k": f"`{k}`",
+            "v": fmt_ratio(v),
+            "n": len(spreads.get(k, [v])),
+            "r": (
+                f"{fmt_ratio(min(spreads[k]))} – {fmt_ratio(max(spreads[k]))}"
+                if k in spreads else "–"
+            ),
+        }
+        for k, v in ratios.items()
+    ]
     target_rows = [
         {
             "k": f"`{t['ratio']}`",
@@ -273,7 +332,11 @@ def main(argv: list[str] | None = None) -> dict:
             target_rows, [("k", "ratio"), ("t", "target"), ("v", "measured"), ("met", "met")]
         )
         + "\nAll headline ratios:\n\n"
-        + markdown_table(rows, [("k", "ratio"), ("v", "value")])
+        + markdown_table(
+            rows,
+            [("k", "ratio"), ("v", "value (median over runs)"), ("n", "runs"),
+             ("r", "min – max")],
+        )
     )
     print(f"done in {summary['seconds']:.0f} s; results in {out}", flush=True)
     if failures:

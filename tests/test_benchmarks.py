@@ -366,3 +366,25 @@ def test_chunked_smoke_run_writes_json_markdown_and_every_arm(tmp_path):
         64, 500, repeats=1, device=torch.device("cpu"), budget=1.0, per_logit={}
     )
     assert tiny["arms"] == {} and all("memory budget" in why for why in tiny["skipped"].values())
+
+
+def test_repeats_report_every_ratio_over_the_runs(tmp_path, monkeypatch, capsys):
+    """``--repeats 2``: each ratio's median over both runs, with the values and min-max."""
+    measured = iter([2.0, 4.0])
+    monkeypatch.setattr(
+        validation, "run", lambda out, quick: {"ratios": {"x_vs_y": next(measured)}}
+    )
+    summary = run.main(
+        ["--quick", "--only", "validation", "--repeats", "2", "--out", str(tmp_path)]
+    )
+    assert summary["failures"] == []
+    entry = summary["benchmarks"]["validation"]
+    assert entry["runs"] == 2
+    assert entry["ratio_runs"] == {"x_vs_y": [2.0, 4.0]}
+    assert summary["ratios"]["x_vs_y"] == 3.0
+    printed = capsys.readouterr().out
+    assert "over 2 runs: median" in printed
+    assert "min – max" in (tmp_path / "summary.md").read_text()
+    assert run.ratio_spread([{"a": 1.0}, {"a": 3.0}, {"a": None}])["a"]["median"] == 2.0
+    with pytest.raises(SystemExit):
+        run.parse_args(["--repeats", "0"])
