@@ -439,3 +439,50 @@ def test_the_steps_name_their_bad_arguments():
         choose_negatives(scores, ids, ranks, keep, num_negatives=0)
     with pytest.raises(ValueError, match="sampling must be one of"):
         choose_negatives(scores, ids, ranks, keep, num_negatives=1, sampling="all")
+
+
+def test_four_sources_in_one_loss_each_with_its_own_correction():
+    """In-batch + a queue + mined + uniform extras: one concat of CandidateSets, and the
+    loss is the explicit log-sum-exp over every column with that column's own log Q,
+    accidental hits (any source) and a mined column's own-row mask (float64 loop)."""
+    from candidate_sampling.sampling import UniformSampler
+    from candidate_sampling.sampling.frequency import batch_log_q
+    from candidate_sampling.scale.memory import CrossBatchMemory
+
+    g = torch.Generator().manual_seed(5)
+    table = torch.randn(30, 4, generator=g, dtype=D64)
+    p = torch.rand(30, generator=g, dtype=D64) + 0.1
+    p /= p.sum()
+    ids = torch.tensor([3, 7, 3, 11])
+    u = torch.randn(4, 4, generator=g, dtype=D64)
+    memory = CrossBatchMemory(5, 4, dtype=D64)
+    memory.enqueue(table[[7, 1, 2, 20, 3]], torch.tensor([7, 1, 2, 20, 3]))
+    batch, queued = memory.candidates_for(table[ids], ids, item_probabilities=p)
+    mined = HardNegativeMiner(index="torch").build(table).mine(
+        u, num_negatives=2, positive_ids=ids
+    )
+    mined_set = mined.candidates(table, share=False)
+    draw = UniformSampler(30).sample(6, generator=torch.Generator().manual_seed(1))
+    extras = CandidateSet.from_draw(draw, table)
+    others = CandidateSet.concat(queued, mined_set, extras)
+    got = in_batch_softmax_loss(u, batch, others, temperature=0.7, reduction="none")
+
+    cols = CandidateSet.concat(batch, others)
+    n_q = 5
+    log_q = torch.cat([
+        batch_log_q(torch.cat([ids, memory.ids]), p, num_draws=4 + n_q).double(),
+        torch.zeros(len(mined_set), dtype=D64),
+        draw.log_q.double(),
+    ])
+    torch.testing.assert_close(cols.log_q.double(), log_q)
+    for i in range(4):
+        terms = []
+        for j in range(len(cols)):
+            if j != i and int(cols.ids[j]) == int(ids[i]):
+                continue  # an accidental hit, whichever source holds it
+            if 4 + n_q <= j < 4 + n_q + len(mined_set) and not bool(cols.mask[i, j]):
+                continue  # another row's mined negative (share=False)
+            terms.append(u[i] @ cols.embeddings[j] / 0.7 - log_q[j])
+        logits = torch.stack(terms)
+        own = u[i] @ table[ids[i]] / 0.7 - log_q[i]
+        torch.testing.assert_close(got[i], torch.logsumexp(logits, 0) - own)
