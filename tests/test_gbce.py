@@ -139,3 +139,11 @@ def test_bad_tensors():
             torch.zeros(2), torch.zeros(2, 4), num_items=10, t=0.5,
             mask=torch.zeros(2, 3, dtype=torch.bool),
         )
+
+
+def test_sample_weight_weights_rows():
+    pos, neg = torch.randn(3, dtype=torch.float64), torch.randn(3, 2, dtype=torch.float64)
+    w = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
+    rows = gbce_from_scores(pos, neg, num_items=30, t=0.5, reduction="none")
+    got = gbce_from_scores(pos, neg, num_items=30, t=0.5, sample_weight=w, reduction="sum")
+    torch.testing.assert_close(got, (w * rows).sum())

@@ -18,8 +18,9 @@ paper's code writes the same loss as BCE on a transformed positive logit
 ``log(1 / (σ(s⁺)^{−β} − 1))``; the softplus form above is equal and stable.
 
 This is a logistic loss of the package's pipeline (score → mask → logistic → reduce):
-masked negatives (accidental hits) get zero weight, never a mask value, as in
-:func:`~candidate_sampling.losses.sampled.nce_from_scores`; there is no log Q (the paper
+its binary terms are :func:`~candidate_sampling.losses.core.logistic_terms`, and masked
+negatives (accidental hits) get zero weight, never a mask value, as in the NCE family
+(:mod:`candidate_sampling.losses.logistic`); there is no log Q (the paper
 samples uniformly; β is its correction).
 """
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 from candidate_sampling._validate import (
     check_int_range,
@@ -36,7 +36,7 @@ from candidate_sampling._validate import (
     check_tensor,
     common_float_dtype,
 )
-from candidate_sampling.losses.core import reduce_loss
+from candidate_sampling.losses.core import logistic_terms, reduce_loss
 
 __all__ = ["gbce_beta", "gbce_from_scores"]
 
@@ -66,6 +66,7 @@ def gbce_from_scores(
     t: float,
     num_samples: int | None = None,
     mask: torch.Tensor | None = None,
+    sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
     """gBCE from scores: ``β · softplus(−s⁺) + Σ_j (1 − mask_j) · softplus(s⁻_j)`` per row.
@@ -74,9 +75,12 @@ def gbce_from_scores(
     sampled negatives' scores; ``num_items``: |I|; ``t``: calibration in [0, 1] (``t = 0``
     is BCE exactly); ``num_samples``: the k that enters ``α`` (default: the number of
     columns of ``negative_scores``); ``mask``: (B, k) bool, True = drop that negative
-    (an accidental hit; zero weight). β comes from :func:`gbce_beta`. Computed in at
-    least float32. Reduction over rows: ``"mean"`` (default), ``"sum"`` or ``"none"``.
-    Chapter 10.
+    (an accidental hit; zero weight). β comes from :func:`gbce_beta`. The binary terms
+    are the pipeline's logistic step,
+    :func:`~candidate_sampling.losses.core.logistic_terms` (label 1 for the positive, 0
+    for the negatives). Computed in at least float32. ``sample_weight``: (B,) per-row
+    weights; reduction over rows as :func:`~candidate_sampling.losses.core.reduce_loss`:
+    ``"mean"`` (default), ``"sum"`` or ``"none"``. Chapter 10.
     """
     check_tensor("positive_scores", positive_scores, ("B",), floating=True)
     check_tensor("negative_scores", negative_scores, ("B", "k"), floating=True)
@@ -92,11 +96,10 @@ def gbce_from_scores(
         positive_scores=positive_scores, negative_scores=negative_scores
     )
     pos, neg = positive_scores.to(dtype), negative_scores.to(dtype)
-    neg_terms = F.softplus(neg)
     if mask is not None:
         check_tensor("mask", mask, tuple(negative_scores.shape))
         if mask.dtype != torch.bool:
             raise ValueError(f"mask must be a bool tensor, got {mask.dtype}")
-        neg_terms = neg_terms.masked_fill(mask.to(neg_terms.device), 0.0)
-    per_row = beta * F.softplus(-pos) + neg_terms.sum(1)
-    return reduce_loss(per_row, reduction)
+    neg_terms = logistic_terms(neg, 0.0, removed=mask)
+    per_row = beta * logistic_terms(pos, 1.0) + neg_terms.sum(1)
+    return reduce_loss(per_row, reduction, sample_weight=sample_weight)
