@@ -265,3 +265,11 @@ def test_a_labelled_queue_feeds_the_multi_positive_loss(variant):
         else:
             terms = [torch.logsumexp(s[i, pos + neg], 0) - s[i, p] for p in pos]
         torch.testing.assert_close(got[i], torch.stack(terms).mean())
+
+
+def test_a_float32_queue_is_not_rounded_to_half_positives():
+    memory = CrossBatchMemory(2, 2)  # float32 storage
+    memory.enqueue(torch.tensor([[1e5, -3.0]]), torch.tensor([4]))
+    batch, queued = memory.candidates_for(torch.zeros(1, 2, dtype=torch.float16), torch.tensor([0]))
+    assert queued.embeddings.dtype == torch.float32 and float(queued.embeddings[0, 0]) == 1e5
+    assert batch.embeddings.dtype == torch.float16

@@ -154,8 +154,9 @@ class CrossBatchMemory:
         ``positive_ids``: (B,); ``item_probabilities``: (|V|,) ``p(y)``, the probability that
         a training positive is ``y``. Returns ``(batch, queued)``: ``batch`` the B positive
         columns, ``queued`` the K' queued columns (newest first, detached, on
-        ``positives``' device and dtype). Both carry ``log Q = log((B + K')·p(y))`` — the
-        expected count of ``y`` among ``B + K'`` popularity draws
+        ``positives``' device, in the wider of the queue's and the positives' dtypes).
+        Both carry ``log Q = log((B + K')·p(y))`` — the expected count of ``y`` among
+        ``B + K'`` popularity draws
         (:func:`~candidate_sampling.sampling.frequency.batch_log_q`; this assumes the queue
         holds past positives, the batch's own distribution) — or none without
         probabilities. ``in_batch_softmax_loss(query, batch, queued)`` is the loss of a
@@ -176,7 +177,9 @@ class CrossBatchMemory:
                 name="positive_ids",
             )
             batch_log, queue_log = log_q[:batch], log_q[batch:]
-        queued = self.embeddings.to(positives.device, positives.dtype)
+        # never rounded down: a float32 queue stays float32 beside float16 positives
+        dtype = torch.promote_types(self._embeddings.dtype, positives.dtype)
+        queued = self.embeddings.to(positives.device, dtype)
         return (
             CandidateSet(positives, positive_ids, batch_log),
             CandidateSet(queued, queued_ids, queue_log),
