@@ -56,6 +56,7 @@ from benchmarks.common import (
     summarize,
     write_json,
 )
+from candidate_sampling import CandidateSet
 from candidate_sampling.device import get_device, seed_everything, synchronize
 from candidate_sampling.losses import RetrievalLoss, sampled_softmax_loss, softmax_cross_entropy
 from candidate_sampling.models import ItemTower, TwoTowerModel, UserTower
@@ -187,7 +188,9 @@ class TrainingStep:
             draw = self.popularity.sample(
                 self.cfg["num_samples"], generator=gen, positive_ids=positive_ids
             )
-            return sampled_softmax_loss(u, model.item_tower, positive_ids, draw)
+            positives = CandidateSet.positives_of(positive_ids, model.item_tower, draw=draw)
+            candidates = CandidateSet.from_draw(draw, model.item_tower)
+            return sampled_softmax_loss(u, positives, candidates)
         u, items = model(positive_ids, user_ids=users)
         if method == "in_batch":
             return self.in_batch(u, items, positive_ids)

@@ -67,7 +67,7 @@ from benchmarks.common import (
     summarize,
     write_json,
 )
-from candidate_sampling import validate_args
+from candidate_sampling import CandidateSet, validate_args
 from candidate_sampling.device import get_device, synchronize
 from candidate_sampling.losses import (
     in_batch_softmax_loss,
@@ -208,7 +208,8 @@ def sampled_case(
 
     def package(i):
         positive_ids, draw = batches[i]
-        return package_fn(query, table, positive_ids, draw, sparse=True)
+        positives = CandidateSet.positives_of(positive_ids, table, draw=draw, sparse=True)
+        return package_fn(query, positives, CandidateSet.from_draw(draw, table, sparse=True))
 
     def floor(i):
         positive_ids, draw = batches[i]
@@ -254,9 +255,11 @@ def in_batch_case(
     candidates = _leaf(batch + num_extra, dim, device=device, gen=gen, scale=dim**-0.5)
 
     def package(i):
-        return in_batch_softmax_loss(
-            query, candidates, candidate_ids=candidate_ids, log_q=log_q, temperature=temperature
-        )
+        positives = CandidateSet(candidates[:batch], candidate_ids[:batch], log_q[:batch])
+        extras = None
+        if num_extra:
+            extras = CandidateSet(candidates[batch:], candidate_ids[batch:], log_q[batch:])
+        return in_batch_softmax_loss(query, positives, extras, temperature=temperature)
 
     def floor(i):
         return floor_in_batch_softmax(query, candidates, candidate_ids, log_q, temperature)

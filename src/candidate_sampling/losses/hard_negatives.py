@@ -75,7 +75,6 @@ from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.losses.core import (
     Temperature,
     _Loss,
-    accidental_hits,
     apply_temperature,
     check_temperature,
     correct_logits,
@@ -87,7 +86,7 @@ from candidate_sampling.losses.core import (
     score_positives,
     upcast,
 )
-from candidate_sampling.losses.retrieval import in_batch_logits
+from candidate_sampling.losses.retrieval import in_batch_columns, in_batch_logits
 
 __all__ = [
     "MARGIN_STRATEGIES",
@@ -574,35 +573,32 @@ def hard_negative_softmax_loss(
         num_hard_negatives,
     )
     check_reduction(reduction)
-    logits = in_batch_logits(
-        query,
-        positives,
-        candidates,
-        temperature=temperature,
-        remove_accidental_hits=False,
-    )
-    batch, num_cand = logits.shape
+    if false_negative_mask is not None and (
+        not isinstance(false_negative_mask, torch.Tensor)
+        or false_negative_mask.dtype != torch.bool
+    ):
+        got = getattr(false_negative_mask, "dtype", type(false_negative_mask).__name__)
+        raise ValueError(f"false_negative_mask must be a bool tensor, got {got}")
+    try:  # steps 1–4 (the masks: hits, invalid columns, false negatives) in one call
+        logits = in_batch_logits(
+            query,
+            positives,
+            candidates,
+            temperature=temperature,
+            remove_accidental_hits=remove_accidental_hits,
+            removed=false_negative_mask,
+        )
+    except ValueError as err:  # name the argument the caller passed
+        raise ValueError(str(err).replace("removed", "false_negative_mask")) from None
+    batch = logits.shape[0]
     columns = torch.arange(batch, device=logits.device)
-    all_columns = positives if candidates is None else CandidateSet.concat(positives, candidates)
-    if hardness_alpha:
+    if hardness_alpha:  # a masked logit stays far below any real one after the bonus
         with torch.no_grad():
+            all_columns = in_batch_columns(query, positives, candidates)
             scores = score(query, all_columns)
         logits = hardness_weighted_logits(
             logits, scores, alpha=hardness_alpha, positive_columns=columns
         )
-    mask = None
-    if remove_accidental_hits:
-        mask = accidental_hits(positives.ids, all_columns.ids, positive_columns=columns)
-    if false_negative_mask is not None:
-        check_tensor("false_negative_mask", false_negative_mask, (batch, num_cand))
-        if false_negative_mask.dtype != torch.bool:
-            raise ValueError(
-                f"false_negative_mask must be a bool tensor, got {false_negative_mask.dtype}"
-            )
-        extra = false_negative_mask.to(logits.device).clone()
-        extra[columns, columns] = False
-        mask = extra if mask is None else mask | extra
-    logits = mask_logits(logits, mask)
     if num_hard_negatives is not None:
         logits, _ = hard_negative_mining(
             logits, num_hard_negatives=num_hard_negatives, positive_columns=columns

@@ -56,6 +56,48 @@ from candidate_sampling.sampling.samplers import CandidateSampler
 __all__ = ["RetrievalLoss", "in_batch_logits", "in_batch_softmax_loss"]
 
 
+def in_batch_columns(
+    query: torch.Tensor, positives: CandidateSet, candidates: CandidateSet | None
+) -> CandidateSet:
+    """The in-batch layout's columns ``[positives | candidates]``, checked once: ``B``
+    positives for the ``B`` rows of ``query`` (B, d), row ``i``'s in column ``i``."""
+    if not isinstance(positives, CandidateSet):
+        raise ValueError(f"positives must be a CandidateSet, got {type(positives).__name__}")
+    if candidates is not None and not isinstance(candidates, CandidateSet):
+        raise ValueError(
+            f"candidates must be a CandidateSet or None, got {type(candidates).__name__}"
+        )
+    check_tensor("query", query, ("B", "d"), floating=True)
+    batch = query.shape[0]
+    if positives.num_candidates != batch:
+        raise ValueError(
+            f"positives must have B = {batch} columns (one per row of query), "
+            f"got {positives.num_candidates}"
+        )
+    columns = positives if candidates is None else CandidateSet.concat(positives, candidates)
+    return columns
+
+
+def removed_columns(
+    columns: CandidateSet, batch: int, removed: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """(B, C) bool, True = remove: the set's invalid columns and ``removed`` (B, C), never a
+    row's own positive column ``i``; None when nothing is removed."""
+    invalid = None if columns.mask is None else ~columns.mask
+    if removed is not None:
+        check_tensor("removed", removed, (batch, columns.num_candidates))
+        if removed.dtype != torch.bool:
+            raise ValueError(f"removed must be a bool tensor, got {removed.dtype}")
+        removed = removed.to(columns.device)
+        invalid = removed if invalid is None else invalid | removed
+    if invalid is None:
+        return None
+    invalid = invalid.expand(batch, -1).clone()
+    own = torch.arange(batch, device=invalid.device)
+    invalid[own, own] = False  # the row's own positive stays
+    return invalid
+
+
 def in_batch_logits(
     query: torch.Tensor,
     positives: CandidateSet,
@@ -76,20 +118,8 @@ def in_batch_logits(
     never removed. Chapters 5–8.
     """
     check_temperature(temperature)
-    if not isinstance(positives, CandidateSet):
-        raise ValueError(f"positives must be a CandidateSet, got {type(positives).__name__}")
-    if candidates is not None and not isinstance(candidates, CandidateSet):
-        raise ValueError(
-            f"candidates must be a CandidateSet or None, got {type(candidates).__name__}"
-        )
-    check_tensor("query", query, ("B", "d"), floating=True)
+    columns = in_batch_columns(query, positives, candidates)
     batch = query.shape[0]
-    if positives.num_candidates != batch:
-        raise ValueError(
-            f"positives must have B = {batch} columns (one per row of query), "
-            f"got {positives.num_candidates}"
-        )
-    columns = positives if candidates is None else CandidateSet.concat(positives, candidates)
     logits = score(query, columns)  # (B, B + C), a fresh tensor of our own
     logits = correct_logits(
         apply_temperature(logits, temperature, inplace=True), columns.log_q, inplace=True
@@ -102,17 +132,8 @@ def in_batch_logits(
         )
     elif repeated_hits not in REPEATED_HITS:
         raise ValueError(f"repeated_hits must be one of {REPEATED_HITS}, got {repeated_hits!r}")
-    invalid = None
-    if columns.mask is not None:
-        invalid = ~columns.mask
-    if removed is not None:
-        check_tensor("removed", removed, (batch, columns.num_candidates))
-        if removed.dtype != torch.bool:
-            raise ValueError(f"removed must be a bool tensor, got {removed.dtype}")
-        invalid = removed.to(logits.device) if invalid is None else invalid | removed
+    invalid = removed_columns(columns, batch, removed)
     if invalid is not None:
-        invalid = invalid.expand(batch, -1).clone()
-        invalid[own, own] = False  # the row's own positive stays
         mask = invalid if mask is None else mask | invalid
     return mask_logits(logits, mask, inplace=True)
 

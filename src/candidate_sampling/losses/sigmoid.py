@@ -38,7 +38,7 @@ import math
 import torch
 from torch import nn
 
-from candidate_sampling._validate import check_finite, check_reduction, check_tensor
+from candidate_sampling._validate import check_finite, check_reduction
 from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.losses.core import (
     Temperature,
@@ -50,6 +50,7 @@ from candidate_sampling.losses.core import (
     reduce_loss,
     score,
 )
+from candidate_sampling.losses.retrieval import in_batch_columns, removed_columns
 
 __all__ = [
     "SIGLIP_BIAS_INIT",
@@ -151,26 +152,10 @@ def sigmoid_pairwise_loss(
     ``"none"``. Chapter 7.
     """
     check_reduction(reduction)
-    if not isinstance(positives, CandidateSet):
-        raise ValueError(f"positives must be a CandidateSet, got {type(positives).__name__}")
-    if candidates is not None and not isinstance(candidates, CandidateSet):
-        raise ValueError(
-            f"candidates must be a CandidateSet or None, got {type(candidates).__name__}"
-        )
-    check_tensor("query", query, ("B", "d"), floating=True)
+    columns = in_batch_columns(query, positives, candidates)
     batch = query.shape[0]
-    if positives.num_candidates != batch:
-        raise ValueError(
-            f"positives must have B = {batch} columns (one per row of query), "
-            f"got {positives.num_candidates}"
-        )
-    columns = positives if candidates is None else CandidateSet.concat(positives, candidates)
     logits = sigmoid_pairwise_logits(query, columns, temperature=temperature, bias=bias)
-    removed = None
-    if columns.mask is not None:
-        removed = (~columns.mask).expand(batch, -1).clone()
-        own = torch.arange(batch, device=removed.device)
-        removed[own, own] = False
+    removed = removed_columns(columns, batch)
     per_row = sigmoid_pair_terms(
         logits,
         positives.ids,
