@@ -385,3 +385,15 @@ def test_nan_popularity_is_an_error():
         popularity_strata(torch.tensor([1.0, float("nan"), 2.0]), num_strata=2)
     with pytest.raises(ValueError, match="ranks must be >= 0"):
         metrics_from_ranks(torch.tensor([-1, 2]), torch.tensor([0, 1]))
+
+
+def test_half_precision_embeddings_are_scored_in_float32():
+    """float16 scores 300·300 and 300·316 both overflow to inf and would tie (rank 0);
+    scored in float32 the positive (item 0) ranks 1."""
+    ue = torch.tensor([[300.0]], dtype=torch.float16)
+    ie = torch.tensor([[300.0], [316.0]], dtype=torch.float16)
+    users, positives = torch.tensor([0]), torch.tensor([0])
+    assert positive_ranks(ue, ie, users, positives).tolist() == [1]
+    assert top_k_items(ue, ie, 1).tolist() == [[1]]
+    sampled = sampled_ranks(ue, ie, users, positives, num_negatives=1)
+    assert sampled.tolist() == [1]

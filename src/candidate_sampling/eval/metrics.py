@@ -49,6 +49,7 @@ from candidate_sampling._validate import (
     check_parallel,
     check_same,
     check_tensor,
+    common_float_dtype,
     get_validate_args,
 )
 from candidate_sampling.device import exact_float64
@@ -71,6 +72,18 @@ __all__ = [
     "top_k_items",
     "top_k_stratum_shares",
 ]
+
+
+def _scoring_pair(
+    user_embeddings: torch.Tensor, item_embeddings: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both tables in at least float32 (half-precision scores would tie, in the positive's
+    favour, and overflow), the users on the items' device."""
+    dtype = common_float_dtype(user_embeddings=user_embeddings, item_embeddings=item_embeddings)
+    return (
+        user_embeddings.to(item_embeddings.device, dtype),
+        item_embeddings.to(dtype),
+    )
 
 
 def _check_embeddings(user_embeddings: torch.Tensor, item_embeddings: torch.Tensor) -> None:
@@ -153,6 +166,7 @@ def positive_ranks(
     """
     _check_embeddings_and_pairs(user_embeddings, item_embeddings, user_index, positive_ids, known)
     check_int_range("chunk_size", chunk_size, 1)
+    user_embeddings, item_embeddings = _scoring_pair(user_embeddings, item_embeddings)
     device = item_embeddings.device
     users, targets = user_index.to(device), positive_ids.to(device)
     ranks = []
@@ -186,6 +200,7 @@ def top_k_items(
     check_int_range("chunk_size", chunk_size, 1)
     num_users, num_items = user_embeddings.shape[0], item_embeddings.shape[0]
     check_known(known, num_users, num_items)
+    user_embeddings, item_embeddings = _scoring_pair(user_embeddings, item_embeddings)
     device = item_embeddings.device
     out = []
     with torch.no_grad():
@@ -359,6 +374,7 @@ def sampled_ranks(
     device = item_embeddings.device
     users, targets = user_index.to(device), positive_ids.to(device)
     negatives = _sample_unseen(users, targets, num_items, num_negatives, known, generator)
+    user_embeddings, item_embeddings = _scoring_pair(user_embeddings, item_embeddings)
     with torch.no_grad():
         query = user_embeddings[users]
         positive_scores = (query * item_embeddings[targets]).sum(-1)
