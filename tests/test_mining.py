@@ -486,3 +486,10 @@ def test_four_sources_in_one_loss_each_with_its_own_correction():
         logits = torch.stack(terms)
         own = u[i] @ table[ids[i]] / 0.7 - log_q[i]
         torch.testing.assert_close(got[i], torch.logsumexp(logits, 0) - own)
+
+
+def test_torch_index_scores_half_embeddings_in_float32():
+    items = torch.tensor([[300.0], [316.0], [1.0]], dtype=torch.float16)
+    miner = HardNegativeMiner(index="torch").build(items)
+    scores, ids = miner.search(torch.tensor([[300.0]], dtype=torch.float16), 3)
+    assert ids.tolist() == [[1, 0, 2]] and bool(torch.isfinite(scores).all())

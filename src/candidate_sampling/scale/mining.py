@@ -319,7 +319,8 @@ class HardNegativeMiner:
     IVF; ``refresh_every``: rebuild the index every so many steps in
     :meth:`maybe_refresh` (``None``: build once); ``num_threads``: faiss's OpenMP threads
     (``None`` leaves faiss's default). The index holds float32 copies of the item
-    embeddings on the CPU (``index="torch"`` keeps them on their device).
+    embeddings on the CPU (``index="torch"`` keeps them on their device, in at least
+    float32).
 
     Typical use in a training loop (ANCE)::
 
@@ -393,7 +394,8 @@ class HardNegativeMiner:
             raise ValueError(f"item_ids must be >= 0, got {int(item_ids.min())}")
         emb = item_embeddings.detach()
         if self.kind == "torch":
-            self._items = emb
+            # at least float32, as faiss: half-precision scores overflow and tie
+            self._items = emb if emb.dtype not in (torch.float16, torch.bfloat16) else emb.float()
             self.index = None
         else:
             faiss = import_faiss()
