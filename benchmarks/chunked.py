@@ -424,18 +424,26 @@ def extrapolate(sizes: list[dict], num_classes: int = 10**7) -> list[dict[str, A
             ran = [s for s in mine if arm in s["arms"]]
             if not ran:
                 continue
+            label = arm
+            if arm == CHUNKED:  # what auto runs at num_classes, from that method's figures
+                resolved = resolve_method(n, num_classes)
+                label = f"{CHUNKED} (= {resolved})"
+                same = VOCAB if resolved == "vocab" else ROWS
+                ran = [s for s in mine if same in s["arms"]] or ran
+                arm = same if any(same in s["arms"] for s in ran) else arm
             top = max(ran, key=lambda s: s["num_classes"])
             a = top["arms"][arm]
             scale = 1.0 if arm == SAMPLED else num_classes / top["num_classes"]
             peak = a["own_peak_bytes"]
-            if peak is not None and arm in (NAIVE, ROWS, TORCH_BEST, CHUNKED):
+            if peak is not None and arm in (NAIVE, ROWS, TORCH_BEST):
                 peak = peak * num_classes / top["num_classes"]
             rows.append(
                 {
                     "n": n,
-                    "arm": arm,
+                    "arm": label,
                     "from": top["num_classes"],
                     "time_s": a["median_s"] * scale,
+                    "cpu_s": a["cpu_median_s"] * scale if a.get("cpu_median_s") else None,
                     "own_peak_bytes": peak,
                 }
             )
@@ -513,6 +521,7 @@ def report(result: dict[str, Any]) -> str:
                         "arm": r["arm"],
                         "from": size_label(r["from"]),
                         "t": fmt_seconds(r["time_s"]),
+                        "cpu": fmt_seconds(r.get("cpu_s")),
                         "mem": fmt_bytes(r["own_peak_bytes"]),
                     }
                     for r in ext
@@ -522,6 +531,7 @@ def report(result: dict[str, Any]) -> str:
                     ("arm", "loss"),
                     ("from", "from |V|"),
                     ("t", "time at 1e7"),
+                    ("cpu", "CPU time at 1e7"),
                     ("mem", "own peak at 1e7"),
                 ],
             )
