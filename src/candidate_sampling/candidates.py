@@ -35,8 +35,6 @@ import torch
 from candidate_sampling._validate import (
     check_finite,
     check_ids,
-    check_int_range,
-    check_probabilities,
     check_tensor,
     get_validate_args,
 )
@@ -337,15 +335,10 @@ class CandidateSet:
             raise ValueError("give item_probabilities or frequency_estimator, not both")
         log_q = None
         if item_probabilities is not None:
-            from candidate_sampling.sampling.frequency import mixed_log_q
+            from candidate_sampling.sampling.frequency import batch_log_q
 
-            check_tensor("item_probabilities", item_probabilities, ("|V|",), floating=True)
-            check_probabilities("item_probabilities", item_probabilities)
-            check_ids("ids", ids, item_probabilities.shape[0])
             n = embeddings.shape[0] if num_draws is None else num_draws
-            check_int_range("num_draws", n, 1)
-            p = item_probabilities[ids.to(item_probabilities.device).long()]
-            log_q = mixed_log_q(p, p, batch_size=n, num_samples=0)
+            log_q = batch_log_q(ids, item_probabilities, num_draws=n)
         elif frequency_estimator is not None:
             from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator
 
