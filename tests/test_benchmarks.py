@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -388,3 +389,16 @@ def test_repeats_report_every_ratio_over_the_runs(tmp_path, monkeypatch, capsys)
     assert run.ratio_spread([{"a": 1.0}, {"a": 3.0}, {"a": None}])["a"]["median"] == 2.0
     with pytest.raises(SystemExit):
         run.parse_args(["--repeats", "0"])
+
+
+def test_the_appendix_names_the_one_command_that_regenerates_it():
+    """book/benchmarks.md and run.py's docstring give the same command, which writes into
+    the folder the appendix includes its tables from, with a spread over three runs."""
+    command = "python benchmarks/run.py --repeats 3 --out book/benchmarks"
+    appendix = (ROOT / "book" / "benchmarks.md").read_text()
+    assert command in appendix
+    assert command in run.__doc__
+    args = run.parse_args(command.split()[2:])
+    assert args.repeats >= 3 and args.out == Path("book/benchmarks")
+    for include in re.findall(r"```\{include\} (benchmarks/\S+)", appendix):
+        assert include.startswith("benchmarks/") and include.endswith(".md")
