@@ -57,6 +57,7 @@ from candidate_sampling.losses.core import (
     mask_value,
     positive_column_cross_entropy,
     reduce_loss,
+    upcast,
 )
 from candidate_sampling.losses.hard_negatives import (
     MULTI_POSITIVE_VARIANTS,
@@ -80,14 +81,8 @@ __all__ = [
     "uniformity_loss",
 ]
 
-_HALF = (torch.float16, torch.bfloat16)
 _DISTANCES = ("squared_euclidean", "cosine")
 _SUPCON_VARIANTS = MULTI_POSITIVE_VARIANTS
-
-
-def _work(tensor: torch.Tensor) -> torch.Tensor:
-    """Half-precision tensors are promoted to float32; others are returned unchanged."""
-    return tensor.float() if tensor.dtype in _HALF else tensor
 
 
 def _check_embeddings(name: str, tensor: torch.Tensor) -> torch.Tensor:
@@ -115,12 +110,12 @@ def pairwise_cosine_similarity(
     norm below ``eps`` is treated as having norm ``eps``. Half inputs give float32.
     """
     _check_embeddings("a", a)
-    a_n = F.normalize(_work(a), dim=-1, eps=eps)
+    a_n = F.normalize(upcast(a), dim=-1, eps=eps)
     if b is None:
         return a_n @ a_n.T
     _check_embeddings("b", b)
     check_same("embedding size d", a=a.shape[1], b=b.shape[1])
-    b_n = F.normalize(_work(b), dim=-1, eps=eps)
+    b_n = F.normalize(upcast(b), dim=-1, eps=eps)
     dtype = torch.promote_types(a_n.dtype, b_n.dtype)
     return a_n.to(dtype) @ b_n.to(dtype).T
 
@@ -133,8 +128,8 @@ def pairwise_squared_distance(a: torch.Tensor, b: torch.Tensor | None = None) ->
     The diagonal of the ``b = a`` case is exactly 0. Half inputs give float32.
     """
     _check_embeddings("a", a)
-    a_w = _work(a)
-    b_w = a_w if b is None else _work(_check_embeddings("b", b))
+    a_w = upcast(a)
+    b_w = a_w if b is None else upcast(_check_embeddings("b", b))
     if b is not None:
         check_same("embedding size d", a=a.shape[1], b=b.shape[1])
         dtype = torch.promote_types(a_w.dtype, b_w.dtype)
@@ -374,16 +369,17 @@ def uniformity_loss(embeddings: torch.Tensor, t: float = 2.0) -> torch.Tensor:
     if embeddings.shape[0] < 2:
         raise ValueError(f"embeddings must have at least 2 rows, got {embeddings.shape[0]}")
     check_positive("t", t)
-    f = F.normalize(_work(embeddings), dim=-1)
+    f = F.normalize(upcast(embeddings), dim=-1)
     sq = pairwise_squared_distance(f)
     i, j = torch.triu_indices(f.shape[0], f.shape[0], offset=1, device=f.device)
     return torch.logsumexp(-t * sq[i, j], dim=0) - math.log(i.numel())
 
 
 class InfoNCELoss(_Loss):
-    """Module form of :func:`info_nce_loss`: ``forward(query, key)``."""
+    """Module form of :func:`info_nce_loss`: ``forward(query, key, *, sample_weight=None)``."""
 
     _options = ("temperature", "symmetric", "normalize", "reduction")
+    _fn = staticmethod(info_nce_loss)
 
     def __init__(
         self,
@@ -396,62 +392,31 @@ class InfoNCELoss(_Loss):
         super().__init__(temperature=temperature, reduction=reduction)
         self.symmetric, self.normalize = symmetric, normalize
 
-    def forward(
-        self, query: torch.Tensor, key: torch.Tensor, *, sample_weight: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return info_nce_loss(
-            query,
-            key,
-            sample_weight=sample_weight,
-            temperature=self.temperature,
-            symmetric=self.symmetric,
-            normalize=self.normalize,
-            reduction=self.reduction,
-        )
-
 
 class NTXentLoss(_Loss):
-    """Module form of :func:`nt_xent_loss`: ``forward(view1, view2)``."""
+    """Module form of :func:`nt_xent_loss`: ``forward(view1, view2, *, sample_weight=None)``."""
+
+    _fn = staticmethod(nt_xent_loss)
 
     def __init__(
         self, *, temperature: float | Temperature = 0.5, reduction: str = "mean"
     ) -> None:
         super().__init__(temperature=temperature, reduction=reduction)
 
-    def forward(
-        self, view1: torch.Tensor, view2: torch.Tensor, *, sample_weight: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        return nt_xent_loss(
-            view1, view2, temperature=self.temperature, sample_weight=sample_weight,
-            reduction=self.reduction,
-        )
 
+class NTBXentLoss(NTXentLoss):
+    """Module form of :func:`nt_bxent_loss`: ``forward(embeddings, positive_pairs, *,
+    sample_weight=None)``."""
 
-class NTBXentLoss(_Loss):
-    """Module form of :func:`nt_bxent_loss`: ``forward(embeddings, positive_pairs)``."""
-
-    def __init__(
-        self, *, temperature: float | Temperature = 0.5, reduction: str = "mean"
-    ) -> None:
-        super().__init__(temperature=temperature, reduction=reduction)
-
-    def forward(
-        self,
-        embeddings: torch.Tensor,
-        positive_pairs: torch.Tensor,
-        *,
-        sample_weight: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return nt_bxent_loss(
-            embeddings, positive_pairs, temperature=self.temperature,
-            sample_weight=sample_weight, reduction=self.reduction,
-        )
+    _fn = staticmethod(nt_bxent_loss)
 
 
 class SupConLoss(_Loss):
-    """Module form of :func:`supcon_loss`: ``forward(embeddings, labels)``."""
+    """Module form of :func:`supcon_loss`: ``forward(embeddings, labels, *,
+    sample_weight=None)``."""
 
     _options = ("temperature", "variant", "reduction")
+    _fn = staticmethod(supcon_loss)
 
     def __init__(
         self,
@@ -464,22 +429,6 @@ class SupConLoss(_Loss):
         if variant not in _SUPCON_VARIANTS:
             raise ValueError(f"variant must be one of {_SUPCON_VARIANTS}, got {variant!r}")
         self.variant = variant
-
-    def forward(
-        self,
-        embeddings: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        sample_weight: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return supcon_loss(
-            embeddings,
-            labels,
-            sample_weight=sample_weight,
-            temperature=self.temperature,
-            variant=self.variant,
-            reduction=self.reduction,
-        )
 
 
 class SoftNearestNeighborLoss(nn.Module):

@@ -496,6 +496,8 @@ class _Loss(nn.Module):
     """
 
     _options: tuple[str, ...] = ("temperature", "reduction")
+    #: the loss function ``forward`` calls, when the module is a plain wrapper of one
+    _fn = None
 
     def __init__(
         self, *, temperature: float | Temperature = 1.0, reduction: str = "mean"
@@ -503,6 +505,12 @@ class _Loss(nn.Module):
         super().__init__()
         self.temperature = check_temperature(temperature)
         self.reduction = check_reduction(reduction)
+
+    def forward(self, *inputs: torch.Tensor, sample_weight: torch.Tensor | None = None):
+        """``_fn(*inputs, **options, sample_weight=sample_weight)``: the module's options
+        (``_options``) passed as keywords to its loss function."""
+        options = {name: getattr(self, name) for name in self._options}
+        return type(self)._fn(*inputs, sample_weight=sample_weight, **options)
 
     def extra_repr(self) -> str:
         return ", ".join(
