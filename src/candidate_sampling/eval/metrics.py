@@ -141,7 +141,7 @@ def count_above(scores: torch.Tensor, positive_scores: torch.Tensor) -> torch.Te
 
     Ties count in the positive's favour; a NaN score (of an item or of the positive) counts
     *against* it, so a diverged model never ranks a positive first. ``−inf`` (an excluded
-    item) never counts. ``positive_scores``: (n,).
+    item) never counts. ``positive_scores``: (n,). Chapters 5 and 9.
     """
     return (~(scores <= positive_scores[:, None])).sum(dim=1)
 

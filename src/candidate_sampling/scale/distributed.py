@@ -168,7 +168,7 @@ def rank_sizes(rows: int, *, device: torch.device | str | None = None, group=Non
     """Every rank's number of rows, in rank order (one small all-gather); ``[rows]`` alone.
 
     This rank's block of a rank-ordered gather starts at ``sum(sizes[:rank])`` (its
-    *offset*: the global index of local row ``i`` is ``offset + i``).
+    *offset*: the global index of local row ``i`` is ``offset + i``). Chapter 7.
     """
     check_int_range("rows", rows, 0)
     _, world = rank_and_world_size(group)

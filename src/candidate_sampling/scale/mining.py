@@ -207,7 +207,7 @@ def exclusion_mask(
     ``positive_ids``: (B, T) ids of each row's positives (``-1`` pads); ``known`` with
     ``user_index`` (B,): a :class:`~candidate_sampling.eval.KnownPairs` of each row's
     known positives (e.g. every movie the user rated). Excluded: padding, a row's
-    positives, its known items. On ``ids``' device.
+    positives, its known items. On ``ids``' device. Chapter 8.
     """
     excluded = ids < 0
     if positive_ids is not None:
@@ -235,7 +235,7 @@ def survivors(
     hardest); ``keep`` is True where a candidate passes every rule of the module
     docstring: rank in ``[range_min, range_max)``, score ``<= max_score``, and the
     positive-aware margins against ``positive_scores`` (B,). The scalar options are checked
-    here too (cheap), so the step can be called alone.
+    here too (cheap), so the step can be called alone. Chapter 8.
     """
     check_tensor("scores", scores, ("B", "k"), floating=True)
     check_tensor("excluded", excluded, tuple(scores.shape))
@@ -276,7 +276,7 @@ def choose_negatives(
     ``sampling="top"``: the hardest kept ones; ``"random"``: a uniform subset of them
     (``generator`` on any device), presented hardest first. Rows with fewer survivors, and
     a search narrower than ``num_negatives``, are padded with id ``-1``, score ``-inf``,
-    rank ``-1`` and ``valid=False``. Inputs (B, k) as from :func:`survivors`.
+    rank ``-1`` and ``valid=False``. Inputs (B, k) as from :func:`survivors`. Chapter 8.
     """
     if sampling not in SAMPLING:
         raise ValueError(f"sampling must be one of {SAMPLING}, got {sampling!r}")
