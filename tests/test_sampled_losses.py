@@ -1,7 +1,8 @@
 """Tests of the sampled losses: loop references in float64, gradcheck, invariants, bad input.
 
 Inputs are dicts named after the losses' parameters, so a test calls
-``sampled_softmax_from_scores(**scores)`` or ``via_sets(sampled_softmax_loss, **problem, draw=draw)``.
+``sampled_softmax_from_scores(**scores)`` or
+``via_sets(sampled_softmax_loss, **problem, draw=draw)``.
 The loop references implement TensorFlow's semantics (``_compute_sampled_logits``,
 ``sampled_softmax_loss``, ``nce_loss``), including ``num_true = T > 1``: each of the ``T``
 true columns is labelled ``1/T``, a sampled id equal to *any* true id of its row is an
@@ -334,7 +335,8 @@ def test_sampled_softmax_loss_matches_loop(unique, remove_hits):
     out = via_sets(sampled_softmax_loss, **problem, draw=draw, **options)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
     # the tuple form of the draw gives the same loss
-    torch.testing.assert_close(out, via_sets(sampled_softmax_loss, **problem, draw=as_tuple(draw), **options))
+    via_tuple = via_sets(sampled_softmax_loss, **problem, draw=as_tuple(draw), **options)
+    torch.testing.assert_close(out, via_tuple)
 
 
 def test_scores_of_the_sets_and_sparse_gradient():
@@ -477,10 +479,14 @@ def test_item_encoder_equals_the_table_path(encoder_name, fn, num_true):
         9, unique=True, generator=gen(5), positive_ids=problem["positive_ids"]
     )
     query = problem["query"].clone().requires_grad_(True)
-    with_encoder = via_sets(fn, **dict(problem, query=query), classes=encoder, draw=draw, temperature=0.6)
+    with_encoder = via_sets(
+        fn, **dict(problem, query=query), classes=encoder, draw=draw, temperature=0.6
+    )
     (grad_encoder,) = torch.autograd.grad(with_encoder, query)
     table = encoder(torch.arange(30)).detach()  # every item encoded: the class table
-    with_table = via_sets(fn, **dict(problem, query=query), classes=table, draw=draw, temperature=0.6)
+    with_table = via_sets(
+        fn, **dict(problem, query=query), classes=table, draw=draw, temperature=0.6
+    )
     (grad_table,) = torch.autograd.grad(with_table, query)
     torch.testing.assert_close(with_encoder, with_table, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(grad_encoder, grad_table, rtol=1e-12, atol=1e-12)

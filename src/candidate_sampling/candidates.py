@@ -138,7 +138,9 @@ class CandidateSet:
         if self.mask is not None:
             _check_columns("mask", self.mask, num)
             if self.mask.dtype != torch.bool:
-                raise ValueError(f"mask must be a bool tensor (True = valid), got {self.mask.dtype}")
+                raise ValueError(
+                    f"mask must be a bool tensor (True = valid), got {self.mask.dtype}"
+                )
         if (
             self.log_q is not None
             and self.mask is not None
@@ -240,7 +242,7 @@ class CandidateSet:
         correct: bool = True,
         sparse: bool = False,
     ) -> CandidateSet:
-        """The ``k`` sampled columns of a :class:`~candidate_sampling.sampling.samplers.CandidateDraw`.
+        """The ``k`` sampled columns of a sampler's draw (a ``CandidateDraw``).
 
         Rows of ``draw.ids`` from a class table (|V|, d) or an item encoder; ``log_q`` =
         ``draw.log_q``, the log expected count of each sampled id under the draw (TF's
@@ -318,7 +320,7 @@ class CandidateSet:
         frequency_estimator=None,
         num_draws: int | None = None,
     ) -> CandidateSet:
-        """The batch's own positives as columns, log Q from :mod:`~candidate_sampling.sampling.frequency`.
+        """The batch's own positives as columns, log Q from ``sampling.frequency``.
 
         ``embeddings``: (B, d) row ``i``'s positive; ``ids``: (B,). log Q (at most one
         source): ``item_probabilities`` (|V|,) ``p(y)`` → ``log(n·p(y))``, the expected

@@ -17,8 +17,9 @@
 
 Conventions shared by every loss here (see the notation page, "Contrastive losses"):
 
-* Logits are ``similarity / τ`` (:func:`~candidate_sampling.losses.core.apply_temperature`;
-  a float or a :class:`~candidate_sampling.losses.core.Temperature`, fixed or learnable). Cosine similarity is used wherever the method defines it (NT-Xent,
+* Logits are ``similarity / τ``
+  (:func:`~candidate_sampling.losses.core.apply_temperature`; a float or a
+  :class:`~candidate_sampling.losses.core.Temperature`, fixed or learnable). Cosine similarity is used wherever the method defines it (NT-Xent,
   NT-BXent, SupCon); InfoNCE uses the plain dot product unless ``normalize=True``.
 * A self-pair is removed by :func:`~candidate_sampling.losses.core.mask_logits` (a finite
   ``finfo.min / 2``) inside a softmax, and by a zero weight inside a logistic loss. No
@@ -318,7 +319,8 @@ def soft_nearest_neighbor_loss(
             = logsumexp_{k≠i}(−D_ik/T) − logsumexp_{j≠i, y_j=y_i}(−D_ij/T).
 
     The ratio form underflows to 0/0 when every neighbour is far away; this form does not.
-    ``temperature``: a float or a learnable :class:`~candidate_sampling.losses.core.Temperature`. A row with no other point of its class has no loss
+    ``temperature``: a float or a learnable
+    :class:`~candidate_sampling.losses.core.Temperature`. A row with no other point of its class has no loss
     (the source's ratio gives log 0): it gets 0 in ``"none"`` and is left out of
     ``"mean"``, as in :func:`supcon_loss`.
     """

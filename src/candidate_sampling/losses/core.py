@@ -143,7 +143,8 @@ def score_positives(query: torch.Tensor, positives: CandidateSet) -> torch.Tenso
     """Step 1 for each row's own positive(s): ``s_it = u_i · v_{iT+t} + b``, → (B, T).
 
     ``positives`` holds ``B·T`` columns, row ``i``'s ``T`` positives at ``iT … iT+T−1``
-    (row-major, as :meth:`CandidateSet.positives_of` flattens ``positive_ids`` (B, T));
+    (row-major, as :meth:`~candidate_sampling.CandidateSet.positives_of` flattens
+    ``positive_ids`` (B, T));
     ``T = 1`` is the usual one positive per row. Any other count is an error.
     """
     _check_query(query, positives, "positives")

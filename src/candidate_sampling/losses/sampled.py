@@ -153,8 +153,9 @@ def sampled_softmax_loss(
     ``ℓ_i = logsumexp(o_i,pos, o_i1 … o_iC) − (1/T) Σ_t o_i,t`` with
     ``o = (u·v + b)/τ − log Q``, removed candidates (accidental hits, invalid columns) at
     the finite mask value. ``query``: (B, d); ``positives``: B·T columns, row ``i``'s
-    ``T`` positives at ``iT … iT+T−1`` (:meth:`CandidateSet.positives_of`);
-    ``candidates``: the negatives (:meth:`CandidateSet.from_draw`, or any concatenation).
+    ``T`` positives at ``iT … iT+T−1`` (:meth:`~candidate_sampling.CandidateSet.positives_of`);
+    ``candidates``: the negatives (:meth:`~candidate_sampling.CandidateSet.from_draw`,
+    or any concatenation).
     A draw's log Q enters through the sets; build them with ``correct=False`` for no
     correction. ``repeated_hits="tensorflow"`` removes only the last copy of a repeated
     positive id, as TF. ``sample_weight``: (B,); reduction: mean over rows (Keras
