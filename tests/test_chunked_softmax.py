@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import candidate_sampling
 from candidate_sampling.losses import (
     ChunkedSoftmaxCrossEntropy,
+    Temperature,
     chunked_softmax_cross_entropy,
     default_chunk_size,
     resolve_method,
@@ -411,6 +412,28 @@ def test_id_range_is_a_value_check_that_can_be_switched_off():
             _call(positive_ids=torch.full((23,), 10**6), method="rows")
         except (RuntimeError, IndexError):
             pass
+
+
+@pytest.mark.parametrize("method", ["vocab", "rows"])
+def test_a_learnable_temperature_module_gets_its_gradient(method):
+    problem = make_problem(15)
+    tau = Temperature(0.3, learnable=True).double()
+    module = ChunkedSoftmaxCrossEntropy(temperature=tau, method=method, chunk_size=6)
+    assert [p is tau.log_scale for p in module.parameters()] == [True]
+    got = module(problem["query"], problem["classes"], problem["positive_ids"])
+    (got_grad,) = torch.autograd.grad(got, [tau.log_scale])
+    logits = problem["query"] @ problem["classes"].T * tau.scale
+    want = F.cross_entropy(logits, problem["positive_ids"])
+    (want_grad,) = torch.autograd.grad(want, [tau.log_scale])
+    assert torch.allclose(got, want, atol=TOL, rtol=0)
+    assert torch.allclose(got_grad, want_grad, atol=TOL, rtol=0)
+    fixed_tau = Temperature(0.3)  # a float32 buffer: τ = float(its value), not 0.3 exactly
+    fixed = chunked_softmax_cross_entropy(
+        problem["query"], problem["classes"], problem["positive_ids"], temperature=fixed_tau
+    )
+    logits = problem["query"] @ problem["classes"].T / float(fixed_tau.value)
+    want = F.cross_entropy(logits, problem["positive_ids"])
+    assert torch.allclose(fixed, want, atol=TOL, rtol=0)
 
 
 def test_module_rejects_bad_options():

@@ -40,7 +40,7 @@ from candidate_sampling._validate import (
     common_float_dtype,
     get_validate_args,
 )
-from candidate_sampling.losses.core import _Loss
+from candidate_sampling.losses.core import Temperature, _Loss
 
 __all__ = [
     "chunked_softmax_cross_entropy",
@@ -332,7 +332,7 @@ def chunked_softmax_cross_entropy(
     positive_ids: torch.Tensor,
     *,
     class_bias: torch.Tensor | None = None,
-    temperature: float | torch.Tensor = 1.0,
+    temperature: float | torch.Tensor | Temperature = 1.0,
     ignore_index: int = -100,
     sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
@@ -351,8 +351,10 @@ def chunked_softmax_cross_entropy(
 
     Shapes: ``query`` (N, d), ``classes`` (|V|, d), ``positive_ids`` (N,) integer ids in
     ``[0, |V|)`` or equal to ``ignore_index``; ``class_bias`` (|V|,) or None;
-    ``sample_weight`` (N,) or None. ``temperature``: a float > 0 or a 0-dim / one-element
-    tensor (a learnable temperature gets its gradient).
+    ``sample_weight`` (N,) or None. ``temperature``: a float > 0, a
+    :class:`~candidate_sampling.losses.core.Temperature` (fixed or learnable: a learnable
+    one's ``log_scale`` gets its gradient) or a 0-dim / one-element tensor (gets its
+    gradient if it requires one).
 
     Rows whose id equals ``ignore_index`` (default -100, as ``F.cross_entropy``) are
     dropped before any matmul: they cost nothing, get a zero gradient and a 0 loss.
@@ -389,6 +391,10 @@ def chunked_softmax_cross_entropy(
     """
     _check_inputs(query, classes, positive_ids, class_bias, sample_weight, ignore_index)
     check_reduction(reduction)
+    if isinstance(temperature, Temperature):
+        temperature = temperature.value if temperature.learnable else float(temperature.value)
+    if isinstance(temperature, bool):
+        raise ValueError("temperature must be a float, a Temperature or a tensor, got bool")
     check_positive("temperature", temperature)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
@@ -468,8 +474,9 @@ class ChunkedSoftmaxCrossEntropy(_Loss):
 
     ``ChunkedSoftmaxCrossEntropy(*, temperature=1.0, reduction="mean", ignore_index=-100,
     chunk_size=None, method="auto")``; ``forward(query (N, d), classes (|V|, d),
-    positive_ids (N,), *, class_bias=None, sample_weight=None)`` → loss. Owns no
-    parameters (pass a learnable temperature as a tensor).
+    positive_ids (N,), *, class_bias=None, sample_weight=None)`` → loss. ``temperature``:
+    a float or a :class:`~candidate_sampling.losses.core.Temperature`; a learnable one
+    becomes a submodule, so its parameter trains with the model.
     """
 
     _options = ("temperature", "reduction", "ignore_index", "chunk_size", "method")
@@ -477,7 +484,7 @@ class ChunkedSoftmaxCrossEntropy(_Loss):
     def __init__(
         self,
         *,
-        temperature: float | torch.Tensor = 1.0,
+        temperature: float | Temperature = 1.0,
         reduction: str = "mean",
         ignore_index: int = -100,
         chunk_size: int | None = None,
