@@ -2,8 +2,9 @@
 
 Every source returns a :class:`~candidate_sampling.CandidateSet` (its columns with ids,
 log Q and mask) that a loss takes as ``candidates``, concatenated with any other source:
-:func:`.distributed.gather_candidates`, :meth:`.memory.CrossBatchMemory.candidates_for`,
-:meth:`.mining.MinedNegatives.candidates`. Their log Q comes from
+:func:`~candidate_sampling.scale.distributed.gather_candidates`,
+:meth:`~candidate_sampling.scale.memory.CrossBatchMemory.candidates_for`,
+:meth:`~candidate_sampling.scale.mining.MinedNegatives.candidates`. Their log Q comes from
 :mod:`candidate_sampling.sampling.frequency`; known items from
 :class:`candidate_sampling.eval.KnownPairs`.
 
