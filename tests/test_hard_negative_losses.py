@@ -215,7 +215,7 @@ def test_hardness_weight_passes_no_gradient():
     """d loss / d s_ij equals the softmax weight / τ, as if exp(α s_ij) were a constant."""
     logits = randn(3, 4, seed=8).requires_grad_()
     scores = randn(3, 4, seed=9).requires_grad_()
-    out = hardness_weighted_logits(logits, scores, alpha=5.0, positive_columns=0)
+    out = hardness_weighted_logits(logits, scores, hardness_alpha=5.0, positive_columns=0)
     out.sum().backward()
     assert scores.grad is None
     assert torch.equal(logits.grad, torch.ones(3, 4, dtype=D64))
@@ -627,4 +627,4 @@ def test_bad_input_of_the_steps():
     with pytest.raises(ValueError, match="min_logit must be finite"):
         debiased_cross_entropy(logits, 0, tau_plus=0.1, min_logit=float("nan"))
     with pytest.raises(ValueError, match="scores must have shape"):
-        hardness_weighted_logits(logits, randn(3, 3), alpha=1.0, positive_columns=0)
+        hardness_weighted_logits(logits, randn(3, 3), hardness_alpha=1.0, positive_columns=0)

@@ -202,13 +202,13 @@ def hardness_weighted_logits(
     logits: torch.Tensor,
     scores: torch.Tensor,
     *,
-    alpha: float,
+    hardness_alpha: float,
     positive_columns: int | torch.Tensor,
 ) -> torch.Tensor:
     """``o_ij + α · stopgrad(s_ij)`` for every negative ``j``; the positive's logit unchanged.
 
     ``logits``: (B, C); ``scores``: (B, C) the raw similarities ``s_ij`` (cosine in LLaVE);
-    ``alpha`` ≥ 0. Inside the softmax this multiplies negative ``j``'s term by
+    ``hardness_alpha`` α ≥ 0. Inside the softmax this multiplies negative ``j``'s term by
     ``exp(α s_ij)``, a weight that grows with hardness and passes no gradient (Lan et al.
     2025, LLaVE, eq. 5, α of a few units; sentence-transformers' ``hardness_mode="all"``).
     It is Robinson et al.'s ``β`` reweighting with the weights held constant. Apply it
@@ -216,12 +216,12 @@ def hardness_weighted_logits(
     """
     work = _check_logits(logits)
     check_tensor("scores", scores, tuple(work.shape), floating=True)
-    if not math.isfinite(alpha) or alpha < 0:
-        raise ValueError(f"alpha must be >= 0 and finite, got {alpha!r}")
+    if not math.isfinite(hardness_alpha) or hardness_alpha < 0:
+        raise ValueError(f"hardness_alpha must be >= 0 and finite, got {hardness_alpha!r}")
     cols = _as_columns(positive_columns, work)
-    if alpha == 0:
+    if hardness_alpha == 0:
         return work
-    bonus = alpha * scores.detach().to(work.dtype)
+    bonus = hardness_alpha * scores.detach().to(work.dtype)
     bonus = bonus.masked_fill(_positive_mask(cols, work), 0.0)
     return work + bonus
 
@@ -597,7 +597,7 @@ def hard_negative_softmax_loss(
             all_columns = in_batch_columns(query, positives, candidates)
             scores = score(query, all_columns)
         logits = hardness_weighted_logits(
-            logits, scores, alpha=hardness_alpha, positive_columns=columns
+            logits, scores, hardness_alpha=hardness_alpha, positive_columns=columns
         )
     if num_hard_negatives is not None:
         logits, _ = hard_negative_mining(
