@@ -78,7 +78,7 @@ from candidate_sampling._validate import (
     check_tensor,
     get_validate_args,
 )
-from candidate_sampling.candidates import Classes, CandidateSet
+from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.eval.known_pairs import KnownPairs, check_known
 
 __all__ = [
@@ -167,7 +167,11 @@ class MinedNegatives:
         return self.ids[self.valid], rows[self.valid]
 
     def candidates(
-        self, classes: Classes, *, log_q: float = 0.0, share: bool = True
+        self,
+        classes: torch.Tensor | Callable[[torch.Tensor], torch.Tensor],
+        *,
+        log_q: float = 0.0,
+        share: bool = True,
     ) -> CandidateSet:
         """Step 4, build: the valid mined negatives as a :class:`~candidate_sampling.CandidateSet`.
 
