@@ -92,3 +92,21 @@ def test_bad_inputs_name_the_argument():
 def test_value_checks_obey_the_switch():
     with cs.validate_args(False):  # no sync, no error: the caller vouched for the ids
         KnownPairs(torch.tensor([0]), torch.tensor([3]), num_items=5)
+
+
+def test_sparse_user_ids_cost_no_memory_per_absent_user():
+    """Users 0 and 10^12: no dense table, no per-user array; questions still exact."""
+    users = torch.tensor([0, 10**12, 10**12])
+    table = KnownPairs(users, torch.tensor([1, 2, 3]), num_items=5)
+    assert table._dense is None and table._users.numel() == 2
+    assert table.num_users == 10**12 + 1
+    rows = torch.tensor([10**12, 0, 7])
+    assert table.counts(rows).tolist() == [2, 1, 0]
+    assert table.mask(rows, torch.arange(5)).tolist() == [
+        [False, False, True, True, False],
+        [False, True, False, False, False],
+        [False] * 5,
+    ]
+    scores = torch.zeros(3, 5)
+    table.fill_(scores, rows)
+    assert torch.isinf(scores).sum().item() == 3

@@ -13,10 +13,11 @@ Three jobs read the same table (chapters 5, 8 and 9):
 
 :class:`KnownPairs` stores each pair as the int64 key ``user · num_items + item`` in one
 sorted, de-duplicated tensor. Sorted keys are sorted by user, then item, so the same tensor
-is also a compressed-sparse-row table (``indptr`` per user): the three questions asked of
-it are a ``torch.searchsorted`` ("is this (row, candidate) pair known?", (B, C) at once), a
-difference of ``indptr`` ("how many items does this user know?") and a scatter ("set every
-known item of these rows of a score matrix to −inf"), all vectorised on the table's device.
+is also a compressed-sparse-row table (each user's first key and count, for the users
+present only, so sparse user ids cost nothing): the three questions asked of it are a
+``torch.searchsorted`` ("is this (row, candidate) pair known?", (B, C) at once), a lookup of
+the user's count ("how many items does this user know?") and a scatter ("set every known
+item of these rows of a score matrix to −inf"), all vectorised on the table's device.
 When ``num_users · num_items`` is at most ``dense_limit`` a dense bool matrix is kept too
 and :meth:`KnownPairs.mask` is a plain lookup.
 
@@ -70,8 +71,11 @@ class KnownPairs:
         self.num_items = num_items
         self.keys = torch.unique(user_index.long() * num_items + item_ids.to(device).long())
         self.num_users = int(self.keys[-1]) // num_items + 1 if self.keys.numel() else 0
-        bounds = torch.arange(self.num_users + 1, device=device) * num_items
-        self.indptr = torch.searchsorted(self.keys, bounds)  # (U + 1,) CSR row pointers
+        # CSR over the users present: sorted users, their first key and their count
+        self._users, self._counts = torch.unique_consecutive(
+            torch.div(self.keys, num_items, rounding_mode="floor"), return_counts=True
+        )
+        self._starts = torch.cumsum(self._counts, 0) - self._counts
         self._dense: torch.Tensor | None = None
         if 0 < self.num_users * num_items <= dense_limit:
             dense = torch.zeros(self.num_users * num_items, dtype=torch.bool, device=device)
@@ -105,7 +109,9 @@ class KnownPairs:
     def to(self, device: torch.device | str) -> KnownPairs:
         """Move the table to ``device`` (returns ``self``)."""
         self.keys = self.keys.to(device)
-        self.indptr = self.indptr.to(device)
+        self._users = self._users.to(device)
+        self._counts = self._counts.to(device)
+        self._starts = self._starts.to(device)
         if self._dense is not None:
             self._dense = self._dense.to(device)
         return self
@@ -130,13 +136,17 @@ class KnownPairs:
     def counts(self, user_index: torch.Tensor) -> torch.Tensor:
         """(B,) int64: how many known items each user of ``user_index`` (B,) has (0 if none)."""
         check_tensor("user_index", user_index, ("B",), floating=False, allow_empty=True)
-        users = user_index.to(self.device).long()
-        inside = (users >= 0) & (users < self.num_users)
-        u = users.clamp(0, max(self.num_users - 1, 0))
-        if self.num_users == 0:
-            return torch.zeros_like(users)
-        found = self.indptr[u + 1] - self.indptr[u]
-        return torch.where(inside, found, torch.zeros_like(found))
+        return self._rows(user_index.to(self.device).long())[1]
+
+    def _rows(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each user's first position in :attr:`keys` and number of known items (0 if none)."""
+        if len(self) == 0:
+            return torch.zeros_like(users), torch.zeros_like(users)
+        pos = torch.searchsorted(self._users, users).clamp(max=self._users.numel() - 1)
+        found = self._users[pos] == users
+        zero = torch.zeros_like(users)
+        starts = torch.where(found, self._starts[pos], zero)
+        return starts, torch.where(found, self._counts[pos], zero)
 
     def mask(self, user_index: torch.Tensor, item_ids: torch.Tensor) -> torch.Tensor:
         """(B, C) bool: True where ``(user_index[i], item_ids[.., j])`` is a known pair.
@@ -184,12 +194,9 @@ class KnownPairs:
         check_tensor("scores", scores, ("B", self.num_items))
         check_tensor("user_index", user_index, (scores.shape[0],), floating=False)
         users = user_index.to(self.device).long()
-        if self.num_users == 0 or users.numel() == 0:
+        if len(self) == 0 or users.numel() == 0:
             return scores
-        inside = (users >= 0) & (users < self.num_users)
-        u = users.clamp(0, self.num_users - 1)
-        start = self.indptr[u]
-        counts = torch.where(inside, self.indptr[u + 1] - start, torch.zeros_like(start))
+        start, counts = self._rows(users)
         total = int(counts.sum())
         if total == 0:
             return scores
