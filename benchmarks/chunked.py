@@ -497,7 +497,7 @@ def report(result: dict[str, Any]) -> str:
             table,
             [
                 ("n", "N"),
-                ("v", "|V|"),
+                ("v", "\\|V\\|"),
                 ("arm", "loss"),
                 ("t", "time"),
                 ("spread", "min–max"),
@@ -509,7 +509,7 @@ def report(result: dict[str, Any]) -> str:
     ext = result.get("extrapolated")
     if ext:
         lines.append(
-            "\nExtrapolated to |V| = 10^7 from the largest |V| each loss ran at (time and "
+            "\nExtrapolated to \\|V\\| = 10^7 from the largest \\|V\\| each loss ran at (time and "
             "the growing memory ∝ |V|; the vocab-chunked loss's memory is flat; sampled "
             "softmax's cost held constant). An extrapolation, not a measurement:\n"
         )
@@ -529,7 +529,7 @@ def report(result: dict[str, Any]) -> str:
                 [
                     ("n", "N"),
                     ("arm", "loss"),
-                    ("from", "from |V|"),
+                    ("from", "from \\|V\\|"),
                     ("t", "time at 1e7"),
                     ("cpu", "CPU time at 1e7"),
                     ("mem", "own peak at 1e7"),
@@ -558,6 +558,7 @@ def plot(result: dict[str, Any], path: Path) -> bool:
         for arm, color in (
             (NAIVE, "C3"),
             (CHUNKED, "C0"),
+            (VOCAB, "C4"),
             (TORCH_BEST, "C2"),
             (SAMPLED, "C1"),
         ):
@@ -566,13 +567,22 @@ def plot(result: dict[str, Any], path: Path) -> bool:
                 continue
             x = [p[0] for p in pts]
             ls = styles.get(n, ":")
-            ax_t.plot(x, [p[1]["median_s"] for p in pts], ls, color=color, marker="o",
-                      label=f"{arm}, N = {n:,}")
+            ax_t.plot(
+                x,
+                [p[1].get("cpu_median_s") or p[1]["median_s"] for p in pts],
+                ls,
+                color=color,
+                marker="o",
+                label=f"{arm}, N = {n:,}",
+            )
             mem = [(xx, p[1]["own_peak_bytes"]) for xx, p in zip(x, pts) if p[1]["own_peak_bytes"]]
             if mem:
                 ax_m.plot([m[0] for m in mem], [m[1] / 2**20 for m in mem], ls, color=color,
                           marker="o", label=f"{arm}, N = {n:,}")
-    for ax, ylabel in ((ax_t, "forward + backward (s)"), (ax_m, "loss's own peak memory (MiB)")):
+    for ax, ylabel in (
+        (ax_t, "forward + backward, CPU time (s)"),
+        (ax_m, "loss's own peak memory (MiB)"),
+    ):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("catalogue size |V|")
