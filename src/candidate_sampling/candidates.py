@@ -390,35 +390,27 @@ class CandidateSet:
         embeddings = torch.cat([s.embeddings.to(dtype) for s in sets])
         ids = torch.cat([s.ids for s in sets])
 
-        def column(name: str, fill, make_dtype) -> torch.Tensor | None:
+        def column(name: str, fill) -> torch.Tensor | None:
+            """One optional column field of every part, joined; missing parts get ``fill``."""
             parts = [getattr(s, name) for s in sets]
             if all(p is None for p in parts):
                 return None
+            dtype = torch.bool
+            if fill is not True:  # a floating field: the promotion of the parts, >= float32
+                dtype = torch.float32
+                for p in parts:
+                    dtype = dtype if p is None else torch.promote_types(dtype, p.dtype)
             per_row = batch is not None and any(p is not None and p.dim() == 2 for p in parts)
             out = []
             for s, p in zip(sets, parts):
                 if p is None:
-                    p = torch.full((s.num_candidates,), fill, dtype=make_dtype, device=s.device)
+                    p = torch.full((s.num_candidates,), fill, dtype=dtype, device=s.device)
                 if per_row and p.dim() == 1:
                     p = p[None, :].expand(batch, -1)
-                out.append(p)
+                out.append(p.to(dtype))
             return torch.cat(out, dim=-1)
 
-        log_dtype = torch.float32
-        for s in sets:
-            if s.log_q is not None:
-                log_dtype = torch.promote_types(log_dtype, s.log_q.dtype)
-        log_q = column("log_q", 0.0, log_dtype)
-        if log_q is not None:
-            log_q = log_q.to(log_dtype)
-        mask = column("mask", True, torch.bool)
-        bias_dtype = torch.float32
-        for s in sets:
-            if s.bias is not None:
-                bias_dtype = torch.promote_types(bias_dtype, s.bias.dtype)
-        bias = column("bias", 0.0, bias_dtype)
-        if bias is not None:
-            bias = bias.to(bias_dtype)
+        log_q, mask, bias = column("log_q", 0.0), column("mask", True), column("bias", 0.0)
         return CandidateSet._unchecked(embeddings, ids, log_q, mask, bias)
 
     def __add__(self, other: CandidateSet) -> CandidateSet:
