@@ -23,8 +23,8 @@ Two ways to cut the logit matrix into blocks:
   to the backward, and only the ``"mean"`` / ``"sum"`` reductions are possible.
 * ``method="auto"`` picks between them (see :func:`chunked_softmax_cross_entropy`).
 
-Chunking saves memory, not arithmetic: both methods do at least the full softmax's
-``2 N |V| d`` multiply-adds per matmul.
+Chunking saves memory, not arithmetic: every matmul of either method does the full
+softmax's ``N |V| d`` multiply-adds, three of them ("rows") or four ("vocab").
 """
 
 from __future__ import annotations
