@@ -255,8 +255,9 @@ def make_driver() -> webdriver.Chrome:
         options.add_argument(flag)
     service = Service(executable_path=shutil.which("chromedriver") or "/usr/bin/chromedriver")
     driver = webdriver.Chrome(service=service, options=options)
-    driver.set_script_timeout(60)
-    driver.set_page_load_timeout(60)
+    # generous: on a loaded 2-core machine a long chapter page takes over a minute to load
+    driver.set_script_timeout(180)
+    driver.set_page_load_timeout(180)
     return driver
 
 
