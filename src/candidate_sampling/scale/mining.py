@@ -42,7 +42,7 @@ survivors are padded with id ``-1`` and ``valid=False``.
 index built at step ``t₀`` returns the negatives of a *stale* model. Xiong et al. (2021,
 ANCE) rebuild it asynchronously every so many steps; :meth:`HardNegativeMiner.maybe_refresh`
 rebuilds it when ``refresh_every`` steps have passed since the last build, and
-:attr:`HardNegativeMiner.built_at` says how stale it is.
+its ``built_at`` attribute says how stale it is.
 
 **The steps.** :meth:`HardNegativeMiner.mine` is the pipeline's four steps, each public:
 search the index (:meth:`HardNegativeMiner.search`), filter the row's positives and known
@@ -386,7 +386,7 @@ class HardNegativeMiner:
     ) -> HardNegativeMiner:
         """(Re)build the index over ``item_embeddings`` (N, d); ``item_ids`` (N,) default arange.
 
-        ``step`` records when it was built (for :attr:`built_at`). Returns ``self``.
+        ``step`` records when it was built (the ``built_at`` attribute). Returns ``self``.
         """
         check_tensor("item_embeddings", item_embeddings, ("N", "d"), floating=True)
         check_finite("item_embeddings", item_embeddings)  # faiss would index NaN as numbers
