@@ -424,14 +424,16 @@ def extrapolate(sizes: list[dict], num_classes: int = 10**7) -> list[dict[str, A
             ran = [s for s in mine if arm in s["arms"]]
             if not ran:
                 continue
-            label = arm
+            label, pick = arm, {id(s): arm for s in ran}
             if arm == CHUNKED:  # what auto runs at num_classes, from that method's figures
                 resolved = resolve_method(n, num_classes)
                 label = f"{CHUNKED} (= {resolved})"
                 same = VOCAB if resolved == "vocab" else ROWS
-                ran = [s for s in mine if same in s["arms"]] or ran
-                arm = same if any(same in s["arms"] for s in ran) else arm
+                pick = {id(s): CHUNKED for s in ran if s.get("auto_method") == resolved}
+                pick.update({id(s): same for s in mine if same in s["arms"]})
+                ran = [s for s in mine if id(s) in pick] or ran
             top = max(ran, key=lambda s: s["num_classes"])
+            arm = pick.get(id(top), arm)
             a = top["arms"][arm]
             scale = 1.0 if arm == SAMPLED else num_classes / top["num_classes"]
             peak = a["own_peak_bytes"]
