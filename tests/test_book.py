@@ -227,6 +227,32 @@ def test_every_chapter_has_three_to_five_exercises_with_asserted_solutions():
     assert not problems, "\n".join(problems)
 
 
+# ---------------------------------------------------------------------------- CI
+
+
+def test_ci_runs_the_readme_commands_and_the_wheel_check():
+    """.ci/run calls the README's three Quickstart commands verbatim (the test command
+    included), checks the wheel in a clean environment, and the deploy workflow runs
+    .ci/run itself, so the published book is the one CI built."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Quickstart", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line.split("#", 1)[0].strip() for line in block.strip().splitlines()]
+    assert len(commands) == 3
+    ci = (ROOT / ".ci" / "run").read_text()
+    ci_lines = {line.strip() for line in ci.splitlines()}
+    install, build, test = commands
+    assert install in ci_lines
+    assert any(line.startswith(build) for line in ci_lines), build
+    assert test in ci_lines, f"CI does not run the README's test command {test!r}"
+    assert "bash .ci/check_wheel.sh" in ci and "python -m build" in ci
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
+    steps = [step for job in workflow["jobs"].values() for step in job.get("steps", [])]
+    assert any(step.get("run") == "bash .ci/run" for step in steps)
+    uploads = [s for s in steps if str(s.get("uses", "")).startswith(
+        "actions/upload-pages-artifact")]
+    assert uploads and uploads[0]["with"]["path"] == "_build/html"
+
+
 # ---------------------------------------------------------------------- API reference
 
 
