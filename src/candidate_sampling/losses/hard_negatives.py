@@ -20,8 +20,8 @@ treated as masked.
 * :func:`guide_false_negative_mask` — GISTEmbed (Solatorio 2024): drop candidates that a
   guide model scores above the positive (absolute or relative margin).
 * Masks by id: :func:`~candidate_sampling.losses.core.accidental_hits` (duplicates of the
-  positive) and :class:`~candidate_sampling.scale.mining.KnownPositives` (every known positive
-  of the row, e.g. all movies a user rated).
+  positive) and :class:`~candidate_sampling.eval.KnownPairs` (every known positive of the
+  row, e.g. all movies a user rated, as the miner's ``exclusion_mask`` uses it).
 * :func:`debiased_cross_entropy` — the debiased contrastive loss (Chuang et al. 2020,
   class prior ``τ⁺``) and its hard-sample reweighting (Robinson et al. 2021, ``β``), with
   the semantics of the authors' reference code.
