@@ -69,6 +69,15 @@ def check_positive(name: str, value: float) -> float:
     return value
 
 
+def check_nonnegative(name: str, value: float) -> float:
+    """``value`` must be a finite number >= 0 (weights, margins, tilts)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be >= 0 and finite, got {value!r}")
+    return value
+
+
 def check_int_range(name: str, value: int, low: int, high: int | None = None) -> int:
     """``value`` must be an int with ``low <= value`` (and ``value <= high`` when given)."""
     if isinstance(value, bool) or not isinstance(value, int):
@@ -107,6 +116,23 @@ def check_tensor(
     if floating is False and (tensor.is_floating_point() or tensor.is_complex()):
         raise ValueError(f"{name} must be an integer tensor of ids, got {tensor.dtype}")
     return tensor
+
+
+def check_bool_mask(
+    name: str, mask: torch.Tensor, shape: Sequence[int | str | None]
+) -> torch.Tensor:
+    """A bool tensor of ``shape`` (:func:`check_tensor`), e.g. the columns a loss removes."""
+    check_tensor(name, mask, shape)
+    if mask.dtype != torch.bool:
+        raise ValueError(f"{name} must be a bool tensor, got {mask.dtype}")
+    return mask
+
+
+def check_choice(name: str, value: str, choices: Sequence[str]) -> str:
+    """``value`` must be one of ``choices`` (an option spelled as a string)."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
 
 
 def check_same(what: str, **sizes: int) -> None:
@@ -152,9 +178,8 @@ def check_finite(name: str, tensor: torch.Tensor) -> torch.Tensor:
 
 
 def check_reduction(reduction: str) -> str:
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    return reduction
+    """``reduction`` must be one of ``REDUCTIONS`` ("mean", "sum", "none")."""
+    return check_choice("reduction", reduction, REDUCTIONS)
 
 
 def check_probabilities(name: str, probs: torch.Tensor) -> torch.Tensor:

@@ -85,6 +85,15 @@ def gather_rows(
     return rows
 
 
+def _check_candidate_set(name: str, value: object, *, optional: bool = False) -> None:
+    """``value`` must be a :class:`CandidateSet` (or None, when ``optional``)."""
+    if optional and value is None:
+        return
+    if not isinstance(value, CandidateSet):
+        wanted = "a CandidateSet or None" if optional else "a CandidateSet"
+        raise ValueError(f"{name} must be {wanted}, got {type(value).__name__}")
+
+
 def _check_columns(name: str, tensor: torch.Tensor, num_cols: int) -> None:
     """(C,) or (B, C)."""
     if not isinstance(tensor, torch.Tensor):
@@ -370,8 +379,7 @@ class CandidateSet:
         if not sets:
             raise ValueError("concat needs at least one CandidateSet")
         for i, s in enumerate(sets):
-            if not isinstance(s, CandidateSet):
-                raise ValueError(f"sets[{i}] must be a CandidateSet, got {type(s).__name__}")
+            _check_candidate_set(f"sets[{i}]", s)
         if len(sets) == 1:
             return sets[0]
         dims = {s.dim for s in sets}

@@ -49,13 +49,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from candidate_sampling._validate import (
+    check_choice,
     check_positive,
     check_reduction,
     check_tensor,
     common_float_dtype,
     get_validate_args,
 )
-from candidate_sampling.candidates import CandidateSet
+from candidate_sampling.candidates import CandidateSet, _check_candidate_set
 
 __all__ = [
     "REPEATED_HITS",
@@ -104,8 +105,7 @@ def upcast(tensor: torch.Tensor) -> torch.Tensor:
 
 def _check_query(query: torch.Tensor, candidates: CandidateSet, name: str) -> None:
     check_tensor("query", query, ("B", "d"), floating=True)
-    if not isinstance(candidates, CandidateSet):
-        raise ValueError(f"{name} must be a CandidateSet, got {type(candidates).__name__}")
+    _check_candidate_set(name, candidates)
     if candidates.dim != query.shape[1]:
         raise ValueError(
             f"embedding size d must agree, got query={query.shape[1]}, {name}={candidates.dim}"
@@ -284,6 +284,17 @@ def correct_logits(
     return logits - log_q
 
 
+def _corrected_logits(
+    query: torch.Tensor, candidates: CandidateSet, temperature: float | Temperature
+) -> torch.Tensor:
+    """Steps 1–3 against every column of ``candidates``: ``(u·v + b)/τ − log Q``, (B, C).
+
+    One fresh tensor (the output of :func:`score`), divided and corrected in place.
+    """
+    logits = apply_temperature(score(query, candidates), temperature, inplace=True)
+    return correct_logits(logits, candidates.log_q, inplace=True)
+
+
 # --------------------------------------------------------------------------- 4. mask
 
 
@@ -314,8 +325,7 @@ def accidental_hits(
     repeated id; ``"tensorflow"`` only the last copy, as TF's ``compute_accidental_hits``
     (the other copies stay in the softmax as negatives equal to the positive).
     """
-    if repeated_hits not in REPEATED_HITS:
-        raise ValueError(f"repeated_hits must be one of {REPEATED_HITS}, got {repeated_hits!r}")
+    check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
     if not isinstance(positive_ids, torch.Tensor) or positive_ids.dim() not in (1, 2):
         shape = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
         raise ValueError(f"positive_ids must have shape (B,) or (B, T), got {shape}")
@@ -335,6 +345,20 @@ def accidental_hits(
         rows = torch.arange(batch, device=hits.device)
         hits[rows, positive_columns.to(hits.device)] = False
     return hits
+
+
+def _invalid_columns(candidates: CandidateSet) -> torch.Tensor | None:
+    """The columns a set marks invalid, True = remove (``~candidates.mask``), or None."""
+    return None if candidates.mask is None else ~candidates.mask
+
+
+def _union_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """True where any of the bool ``masks`` is (broadcast; None removes nothing), or None."""
+    union = None
+    for mask in masks:
+        if mask is not None:
+            union = mask if union is None else union | mask.to(union.device)
+    return union
 
 
 def mask_logits(

@@ -66,7 +66,10 @@ import math
 import torch
 
 from candidate_sampling._validate import (
+    check_bool_mask,
+    check_choice,
     check_int_range,
+    check_nonnegative,
     check_positive,
     check_reduction,
     check_tensor,
@@ -74,10 +77,11 @@ from candidate_sampling._validate import (
 from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.losses.core import (
     Temperature,
+    _corrected_logits,
+    _invalid_columns,
     _Loss,
-    apply_temperature,
+    _union_masks,
     check_temperature,
-    correct_logits,
     mask_logits,
     mask_value,
     positive_column_cross_entropy,
@@ -216,8 +220,7 @@ def hardness_weighted_logits(
     """
     work = _check_logits(logits)
     check_tensor("scores", scores, tuple(work.shape), floating=True)
-    if not math.isfinite(hardness_alpha) or hardness_alpha < 0:
-        raise ValueError(f"hardness_alpha must be >= 0 and finite, got {hardness_alpha!r}")
+    check_nonnegative("hardness_alpha", hardness_alpha)
     cols = _as_columns(positive_columns, work)
     if hardness_alpha == 0:
         return work
@@ -249,12 +252,8 @@ def guide_false_negative_mask(
     ``false_negative_mask``.
     """
     check_tensor("guide_scores", guide_scores, ("B", "C"), floating=True)
-    if margin_strategy not in MARGIN_STRATEGIES:
-        raise ValueError(
-            f"margin_strategy must be one of {MARGIN_STRATEGIES}, got {margin_strategy!r}"
-        )
-    if not math.isfinite(margin) or margin < 0:
-        raise ValueError(f"margin must be >= 0 and finite, got {margin!r}")
+    check_choice("margin_strategy", margin_strategy, MARGIN_STRATEGIES)
+    check_nonnegative("margin", margin)
     g = guide_scores.detach()
     cols = _as_columns(positive_columns, g)
     g_pos = g.gather(1, cols[:, None])
@@ -337,6 +336,15 @@ def corrected_logq_weights(
     return -torch.expm1(log_p)  # 1 − p̂, accurate when p̂ is small
 
 
+def _check_debiased(tau_plus: float, beta: float, min_logit: float | None) -> None:
+    """The options of :func:`debiased_cross_entropy`, each error naming its argument."""
+    if not (math.isfinite(tau_plus) and 0 <= tau_plus < 1):
+        raise ValueError(f"tau_plus must lie in [0, 1), got {tau_plus!r}")
+    check_nonnegative("beta", beta)
+    if min_logit is not None and not math.isfinite(min_logit):
+        raise ValueError(f"min_logit must be finite, got {min_logit!r}")
+
+
 def debiased_cross_entropy(
     logits: torch.Tensor,
     positive_columns: int | torch.Tensor,
@@ -366,12 +374,7 @@ def debiased_cross_entropy(
     """
     work = _check_logits(logits)
     cols = _as_columns(positive_columns, work)
-    if not (math.isfinite(tau_plus) and 0 <= tau_plus < 1):
-        raise ValueError(f"tau_plus must lie in [0, 1), got {tau_plus!r}")
-    if not math.isfinite(beta) or beta < 0:
-        raise ValueError(f"beta must be >= 0 and finite, got {beta!r}")
-    if min_logit is not None and not math.isfinite(min_logit):
-        raise ValueError(f"min_logit must be finite, got {min_logit!r}")
+    _check_debiased(tau_plus, beta, min_logit)
     negatives = unmasked(work) & ~_positive_mask(cols, work)
     floor = torch.full_like(work, mask_value(work.dtype))
     count = negatives.sum(1)
@@ -419,11 +422,8 @@ def multi_positive_cross_entropy(
     positives; a NaN logit gives a NaN row.
     """
     work = _check_logits(logits)
-    check_tensor("positive_mask", positive_mask, tuple(work.shape))
-    if positive_mask.dtype != torch.bool:
-        raise ValueError(f"positive_mask must be a bool tensor, got {positive_mask.dtype}")
-    if variant not in MULTI_POSITIVE_VARIANTS:
-        raise ValueError(f"variant must be one of {MULTI_POSITIVE_VARIANTS}, got {variant!r}")
+    check_bool_mask("positive_mask", positive_mask, tuple(work.shape))
+    check_choice("variant", variant, MULTI_POSITIVE_VARIANTS)
     pos = positive_mask.to(work.device) & unmasked(work)
     num_pos = pos.sum(1)
     zero = torch.zeros((), dtype=work.dtype, device=work.device)
@@ -466,20 +466,13 @@ def multi_positive_softmax_loss(
     cosine scores and the diagonal removed).
     """
     check_temperature(temperature)
-    if variant not in MULTI_POSITIVE_VARIANTS:
-        raise ValueError(f"variant must be one of {MULTI_POSITIVE_VARIANTS}, got {variant!r}")
-    logits = score(query, candidates)
-    logits = apply_temperature(logits, temperature, inplace=True)
-    logits = correct_logits(logits, candidates.log_q, inplace=True)
+    check_choice("variant", variant, MULTI_POSITIVE_VARIANTS)
+    logits = _corrected_logits(query, candidates, temperature)
     shape = tuple(logits.shape)
     check_tensor("positive_mask", positive_mask, shape)
     if removed is not None:
-        check_tensor("removed", removed, shape)
-        if removed.dtype != torch.bool:
-            raise ValueError(f"removed must be a bool tensor, got {removed.dtype}")
-    if candidates.mask is not None:
-        invalid = ~candidates.mask
-        removed = invalid if removed is None else removed.to(logits.device) | invalid
+        check_bool_mask("removed", removed, shape)
+    removed = _union_masks(_invalid_columns(candidates), removed)
     logits = mask_logits(logits, removed, inplace=True)
     per_row = multi_positive_cross_entropy(logits, positive_mask, variant=variant)
     valid = (positive_mask.to(logits.device) & unmasked(logits)).any(1)
@@ -496,25 +489,13 @@ def _check_options(
     num_hard_negatives: int | None,
 ) -> None:
     """The options of :func:`hard_negative_softmax_loss`, each error naming its argument."""
-    if positive_in_denominator not in POSITIVE_IN_DENOMINATOR:
-        raise ValueError(
-            f"positive_in_denominator must be one of {POSITIVE_IN_DENOMINATOR}, "
-            f"got {positive_in_denominator!r}"
-        )
-    if isinstance(hardness_alpha, bool) or not isinstance(hardness_alpha, (int, float)):
-        raise ValueError(f"hardness_alpha must be a number, got {hardness_alpha!r}")
-    if not math.isfinite(hardness_alpha) or hardness_alpha < 0:
-        raise ValueError(f"hardness_alpha must be >= 0 and finite, got {hardness_alpha!r}")
+    check_choice("positive_in_denominator", positive_in_denominator, POSITIVE_IN_DENOMINATOR)
+    check_nonnegative("hardness_alpha", hardness_alpha)
     if dclw_sigma is not None:
         check_positive("dclw_sigma", dclw_sigma)
         if positive_in_denominator != "remove":
             raise ValueError('dclw_sigma needs positive_in_denominator="remove" (DCLW)')
-    if not (math.isfinite(tau_plus) and 0 <= tau_plus < 1):
-        raise ValueError(f"tau_plus must lie in [0, 1), got {tau_plus!r}")
-    if not math.isfinite(beta) or beta < 0:
-        raise ValueError(f"beta must be >= 0 and finite, got {beta!r}")
-    if min_logit is not None and not math.isfinite(min_logit):
-        raise ValueError(f"min_logit must be finite, got {min_logit!r}")
+    _check_debiased(tau_plus, beta, min_logit)
     if (tau_plus or beta) and positive_in_denominator != "keep":
         raise ValueError(
             'tau_plus and beta (debiased / hard-sample loss) need positive_in_denominator="keep"'

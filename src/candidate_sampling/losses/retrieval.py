@@ -32,24 +32,26 @@ from collections.abc import Callable
 import torch
 
 from candidate_sampling._validate import (
+    check_bool_mask,
+    check_choice,
     check_int_range,
     check_probabilities,
     check_tensor,
 )
-from candidate_sampling.candidates import CandidateSet
+from candidate_sampling.candidates import CandidateSet, _check_candidate_set
 from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator, inclusion_probability
 from candidate_sampling.losses.core import (
     REPEATED_HITS,
     Temperature,
+    _corrected_logits,
+    _invalid_columns,
     _Loss,
+    _union_masks,
     accidental_hits,
-    apply_temperature,
     check_temperature,
-    correct_logits,
     mask_logits,
     positive_column_cross_entropy,
     reduce_loss,
-    score,
 )
 from candidate_sampling.sampling.samplers import CandidateSampler
 
@@ -61,12 +63,8 @@ def in_batch_columns(
 ) -> CandidateSet:
     """The in-batch layout's columns ``[positives | candidates]``, checked once: ``B``
     positives for the ``B`` rows of ``query`` (B, d), row ``i``'s in column ``i``."""
-    if not isinstance(positives, CandidateSet):
-        raise ValueError(f"positives must be a CandidateSet, got {type(positives).__name__}")
-    if candidates is not None and not isinstance(candidates, CandidateSet):
-        raise ValueError(
-            f"candidates must be a CandidateSet or None, got {type(candidates).__name__}"
-        )
+    _check_candidate_set("positives", positives)
+    _check_candidate_set("candidates", candidates, optional=True)
     check_tensor("query", query, ("B", "d"), floating=True)
     batch = query.shape[0]
     if positives.num_candidates != batch:
@@ -83,13 +81,10 @@ def removed_columns(
 ) -> torch.Tensor | None:
     """(B, C) bool, True = remove: the set's invalid columns and ``removed`` (B, C), never a
     row's own positive column ``i``; None when nothing is removed."""
-    invalid = None if columns.mask is None else ~columns.mask
     if removed is not None:
-        check_tensor("removed", removed, (batch, columns.num_candidates))
-        if removed.dtype != torch.bool:
-            raise ValueError(f"removed must be a bool tensor, got {removed.dtype}")
+        check_bool_mask("removed", removed, (batch, columns.num_candidates))
         removed = removed.to(columns.device)
-        invalid = removed if invalid is None else invalid | removed
+    invalid = _union_masks(_invalid_columns(columns), removed)
     if invalid is None:
         return None
     invalid = invalid.expand(batch, -1).clone()
@@ -118,23 +113,17 @@ def in_batch_logits(
     never removed. Chapters 5–8.
     """
     check_temperature(temperature)
+    check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
     columns = in_batch_columns(query, positives, candidates)
     batch = query.shape[0]
-    logits = score(query, columns)  # (B, B + C), a fresh tensor of our own
-    logits = correct_logits(
-        apply_temperature(logits, temperature, inplace=True), columns.log_q, inplace=True
-    )
+    logits = _corrected_logits(query, columns, temperature)  # (B, B + C), our own
     own = torch.arange(batch, device=logits.device)
-    mask = None
+    hits = None
     if remove_accidental_hits:
-        mask = accidental_hits(
+        hits = accidental_hits(
             positives.ids, columns.ids, positive_columns=own, repeated_hits=repeated_hits
         )
-    elif repeated_hits not in REPEATED_HITS:
-        raise ValueError(f"repeated_hits must be one of {REPEATED_HITS}, got {repeated_hits!r}")
-    invalid = removed_columns(columns, batch, removed)
-    if invalid is not None:
-        mask = invalid if mask is None else mask | invalid
+    mask = _union_masks(hits, removed_columns(columns, batch, removed))
     return mask_logits(logits, mask, inplace=True)
 
 

@@ -27,17 +27,21 @@ from __future__ import annotations
 import torch
 
 from candidate_sampling._validate import (
+    check_bool_mask,
+    check_choice,
     check_finite,
     check_int_range,
     check_same,
     check_tensor,
     common_float_dtype,
 )
-from candidate_sampling.candidates import CandidateSet, Classes
+from candidate_sampling.candidates import CandidateSet, Classes, _check_candidate_set
 from candidate_sampling.losses.core import (
     REPEATED_HITS,
     Temperature,
+    _invalid_columns,
     _Loss,
+    _union_masks,
     accidental_hits,
     apply_temperature,
     check_temperature,
@@ -94,12 +98,10 @@ def candidate_logits(
     :func:`~candidate_sampling.losses.core.accidental_hits`. Chapters 3–4.
     """
     check_temperature(temperature)
-    if repeated_hits not in REPEATED_HITS:
-        raise ValueError(f"repeated_hits must be one of {REPEATED_HITS}, got {repeated_hits!r}")
+    check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
     check_tensor("query", query, ("B", "d"), floating=True)
-    for name, value in (("positives", positives), ("candidates", candidates)):
-        if not isinstance(value, CandidateSet):
-            raise ValueError(f"{name} must be a CandidateSet, got {type(value).__name__}")
+    _check_candidate_set("positives", positives)
+    _check_candidate_set("candidates", candidates)
     # one cast of the query for both scores: a half query's two partial gradients then
     # meet in float32, not as float16 +inf and −inf
     query = query.to(
@@ -110,17 +112,15 @@ def candidate_logits(
     pos_scores = score_positives(query, positives)
     neg_scores = score(query, candidates)
     batch, num_true = pos_scores.shape
-    removed = None
+    hits = None
     if remove_accidental_hits:
         positive_ids = positives.ids.reshape(batch, num_true)
-        removed = accidental_hits(
+        hits = accidental_hits(
             positive_ids if num_true > 1 else positive_ids[:, 0],
             candidates.ids,
             repeated_hits=repeated_hits,
         )
-    if candidates.mask is not None:
-        invalid = ~candidates.mask
-        removed = invalid if removed is None else removed | invalid
+    removed = _union_masks(hits, _invalid_columns(candidates))
     pos_log_q = None if positives.log_q is None else positives.log_q.reshape(batch, num_true)
     return _logits(
         pos_scores, neg_scores, pos_log_q, candidates.log_q, removed, temperature, True
@@ -208,9 +208,7 @@ def _check_scores(
         check_tensor("negative_log_q", negative_log_q, shape, floating=True)
         check_finite("negative_log_q", negative_log_q)
     if mask is not None:
-        check_tensor("mask", mask, (b, k))
-        if mask.dtype != torch.bool:
-            raise ValueError(f"mask must be a bool tensor, got {mask.dtype}")
+        check_bool_mask("mask", mask, (b, k))
 
 
 def scores_to_logits(

@@ -42,13 +42,12 @@ from candidate_sampling._validate import check_finite, check_reduction
 from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.losses.core import (
     Temperature,
+    _corrected_logits,
+    _union_masks,
     accidental_hits,
-    apply_temperature,
     check_temperature,
-    correct_logits,
     logistic_terms,
     reduce_loss,
-    score,
 )
 from candidate_sampling.losses.retrieval import in_batch_columns, removed_columns
 
@@ -93,8 +92,7 @@ def sigmoid_pairwise_logits(
     """
     check_temperature(temperature)
     _check_bias(bias)
-    logits = apply_temperature(score(query, candidates), temperature, inplace=True)
-    logits = correct_logits(logits, candidates.log_q, inplace=True)
+    logits = _corrected_logits(query, candidates, temperature)
     if isinstance(bias, torch.Tensor):
         return logits + bias.to(logits.dtype)
     return logits.add_(bias) if bias != 0.0 else logits
@@ -119,9 +117,7 @@ def sigmoid_pair_terms(
     hits = None
     if remove_accidental_hits:
         hits = accidental_hits(positive_ids, candidate_ids, positive_columns=positive_columns)
-    if removed is not None:
-        hits = removed if hits is None else hits | removed
-    per_row = logistic_terms(logits, 0.0, removed=hits).sum(1)
+    per_row = logistic_terms(logits, 0.0, removed=_union_masks(hits, removed)).sum(1)
     if positive_columns is not None:
         rows = torch.arange(logits.shape[0], device=logits.device)
         per_row = per_row - logits[rows, positive_columns.to(logits.device)]
