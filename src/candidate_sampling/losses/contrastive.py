@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from candidate_sampling._validate import (
+    check_choice,
     check_ids,
     check_positive,
     check_reduction,
@@ -90,12 +91,29 @@ def _check_embeddings(name: str, tensor: torch.Tensor) -> torch.Tensor:
     return check_tensor(name, tensor, ("n", "d"), floating=True)
 
 
-def _check_labels(labels: torch.Tensor, embeddings: torch.Tensor) -> torch.Tensor:
+def _check_pair(rows: str, **pair: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two (rows, d) embeddings whose row ``i`` is a pair, cast to their common float dtype."""
+    (name_a, a), (name_b, b) = pair.items()
+    check_tensor(name_a, a, (rows, "d"), floating=True)
+    check_tensor(name_b, b, (rows, "d"), floating=True)
+    check_same(f"batch size {rows}", **{name_a: a.shape[0], name_b: b.shape[0]})
+    check_same("embedding size d", **{name_a: a.shape[1], name_b: b.shape[1]})
+    dtype = common_float_dtype(**pair)
+    return a.to(dtype), b.to(dtype)
+
+
+def _same_label_pairs(
+    embeddings: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Checks (n, d) ``embeddings`` and their (n,) class ids; returns ``(eye, same)``, both
+    (n, n) bool: the self-pairs, and the pairs ``i ≠ j`` with ``labels[i] == labels[j]``."""
+    _check_embeddings("embeddings", embeddings)
     check_tensor("labels", labels, ("n",), floating=False)
     if labels.dtype == torch.bool:
         raise ValueError(f"labels must be an integer tensor of class ids, got {labels.dtype}")
     check_same("number of rows n", embeddings=embeddings.shape[0], labels=labels.shape[0])
-    return labels
+    eye = _eye(embeddings.shape[0], embeddings.device)
+    return eye, (labels[:, None] == labels[None, :]) & ~eye
 
 
 def _eye(n: int, device: torch.device) -> torch.Tensor:
@@ -165,13 +183,8 @@ def info_nce_loss(
     ("mean" over rows) of the (B,) losses. With the optimal critic,
     I(x; c) ≥ log B − E[loss] (chapter 6).
     """
-    check_tensor("query", query, ("B", "d"), floating=True)
-    check_tensor("key", key, ("B", "d"), floating=True)
-    check_same("batch size B", query=query.shape[0], key=key.shape[0])
-    check_same("embedding size d", query=query.shape[1], key=key.shape[1])
+    query, key = _check_pair("B", query=query, key=key)
     check_reduction(reduction)
-    dtype = common_float_dtype(query=query, key=key)
-    query, key = query.to(dtype), key.to(dtype)
     if normalize:
         scores = pairwise_cosine_similarity(query, key)
     else:
@@ -202,14 +215,10 @@ def nt_xent_loss(
     Returns the ``reduction`` of the (2N,) per-view losses ("mean" averages over all 2N
     views, as SimCLR). If all 2N embeddings are identical, every ℓ_i = log(2N − 1).
     """
-    check_tensor("view1", view1, ("N", "d"), floating=True)
-    check_tensor("view2", view2, ("N", "d"), floating=True)
-    check_same("batch size N", view1=view1.shape[0], view2=view2.shape[0])
-    check_same("embedding size d", view1=view1.shape[1], view2=view2.shape[1])
+    view1, view2 = _check_pair("N", view1=view1, view2=view2)
     check_reduction(reduction)
     n = view1.shape[0]
-    dtype = common_float_dtype(view1=view1, view2=view2)
-    z = torch.cat([view1.to(dtype), view2.to(dtype)], dim=0)
+    z = torch.cat([view1, view2], dim=0)
     logits = apply_temperature(pairwise_cosine_similarity(z), temperature, inplace=True)
     # the self-pairs are the diagonal: masked in place, without a (2N, 2N) mask
     logits = logits.fill_diagonal_(mask_value(logits.dtype))
@@ -285,14 +294,9 @@ def supcon_loss(
     ``"mean"`` (the mean over rows with a positive; 0 with a zero gradient if none has one).
     With two views and ``labels = arange(N).repeat(2)`` both variants equal NT-Xent.
     """
-    _check_embeddings("embeddings", embeddings)
-    _check_labels(labels, embeddings)
-    if variant not in _SUPCON_VARIANTS:
-        raise ValueError(f"variant must be one of {_SUPCON_VARIANTS}, got {variant!r}")
+    eye, pos = _same_label_pairs(embeddings, labels)
+    check_choice("variant", variant, _SUPCON_VARIANTS)
     check_reduction(reduction)
-    n = embeddings.shape[0]
-    eye = _eye(n, embeddings.device)
-    pos = (labels[:, None] == labels[None, :]) & ~eye
     num_pos = pos.sum(1)
     logits = apply_temperature(pairwise_cosine_similarity(embeddings), temperature, inplace=True)
     logits = mask_logits(logits, eye, inplace=True)
@@ -324,13 +328,9 @@ def soft_nearest_neighbor_loss(
     (the source's ratio gives log 0): it gets 0 in ``"none"`` and is left out of
     ``"mean"``, as in :func:`supcon_loss`.
     """
-    _check_embeddings("embeddings", embeddings)
-    _check_labels(labels, embeddings)
-    if distance not in _DISTANCES:
-        raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}")
+    eye, same = _same_label_pairs(embeddings, labels)
+    check_choice("distance", distance, _DISTANCES)
     check_reduction(reduction)
-    n = embeddings.shape[0]
-    eye = _eye(n, embeddings.device)
     if distance == "squared_euclidean":
         dist = pairwise_squared_distance(embeddings)
     else:
@@ -339,7 +339,6 @@ def soft_nearest_neighbor_loss(
     # a huge distance over a tiny T could reach −inf; keep every logit finite
     logits = logits.clamp(min=mask_value(logits.dtype))
     logits = mask_logits(logits, eye)
-    same = (labels[:, None] == labels[None, :]) & ~eye
     per_row = torch.logsumexp(logits, dim=1) - torch.logsumexp(mask_logits(logits, ~same), dim=1)
     return reduce_loss(per_row, reduction, valid=same.any(1), sample_weight=sample_weight)
 
@@ -428,9 +427,7 @@ class SupConLoss(_Loss):
         reduction: str = "mean",
     ) -> None:
         super().__init__(temperature=temperature, reduction=reduction)
-        if variant not in _SUPCON_VARIANTS:
-            raise ValueError(f"variant must be one of {_SUPCON_VARIANTS}, got {variant!r}")
-        self.variant = variant
+        self.variant = check_choice("variant", variant, _SUPCON_VARIANTS)
 
 
 class SoftNearestNeighborLoss(nn.Module):
@@ -449,10 +446,8 @@ class SoftNearestNeighborLoss(nn.Module):
         reduction: str = "mean",
     ) -> None:
         super().__init__()
-        if distance not in _DISTANCES:
-            raise ValueError(f"distance must be one of {_DISTANCES}, got {distance!r}")
+        self.distance = check_choice("distance", distance, _DISTANCES)
         self.temperature = check_temperature(temperature)
-        self.distance = distance
         self.reduction = check_reduction(reduction)
 
     def extra_repr(self) -> str:
