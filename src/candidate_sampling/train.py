@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from candidate_sampling._validate import check_int_range, check_positive
+from candidate_sampling._validate import check_choice, check_int_range, check_positive
 from candidate_sampling.models import sparse_parameters
 
 if TYPE_CHECKING:  # pandas and tqdm (the [train] extra) are imported by train() itself
@@ -61,8 +61,7 @@ def make_optimizer(
     ``initial_accumulator_value=0.1`` to reproduce TF. ``"sgd"``: plain SGD
     (sparse-capable). ``"adam"``: Adam, with ``SparseAdam`` for sparse embeddings.
     """
-    if name not in OPTIMIZERS:
-        raise ValueError(f"name must be one of {OPTIMIZERS}, got {name!r}")
+    check_choice("name", name, OPTIMIZERS)
     check_positive("lr", lr)
     if initial_accumulator_value < 0:
         raise ValueError(f"initial_accumulator_value must be >= 0, got {initial_accumulator_value}")

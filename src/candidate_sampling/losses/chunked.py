@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from candidate_sampling._validate import (
+    check_choice,
     check_int_range,
     check_positive,
     check_reduction,
@@ -396,8 +397,7 @@ def chunked_softmax_cross_entropy(
     if isinstance(temperature, bool):
         raise ValueError("temperature must be a float, a Temperature or a tensor, got bool")
     check_positive("temperature", temperature)
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    check_choice("method", method, METHODS)
     if chunk_size is not None:
         check_int_range("chunk_size", chunk_size, 1)
     if method == "rows" and reduction == "none":
@@ -495,8 +495,7 @@ class ChunkedSoftmaxCrossEntropy(_Loss):
             raise ValueError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
         if chunk_size is not None:
             check_int_range("chunk_size", chunk_size, 1)
-        if method not in METHODS:
-            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        check_choice("method", method, METHODS)
         self.ignore_index = ignore_index
         self.chunk_size = chunk_size
         self.method = method

@@ -58,11 +58,11 @@ from candidate_sampling.sampling.samplers import CandidateSampler
 __all__ = ["RetrievalLoss", "in_batch_logits", "in_batch_softmax_loss"]
 
 
-def in_batch_columns(
+def _check_in_batch(
     query: torch.Tensor, positives: CandidateSet, candidates: CandidateSet | None
-) -> CandidateSet:
-    """The in-batch layout's columns ``[positives | candidates]``, checked once: ``B``
-    positives for the ``B`` rows of ``query`` (B, d), row ``i``'s in column ``i``."""
+) -> None:
+    """The in-batch contract: ``B`` positives for the ``B`` rows of ``query`` (B, d), row
+    ``i``'s in column ``i``, and optional more ``candidates``."""
     _check_candidate_set("positives", positives)
     _check_candidate_set("candidates", candidates, optional=True)
     check_tensor("query", query, ("B", "d"), floating=True)
@@ -72,8 +72,15 @@ def in_batch_columns(
             f"positives must have B = {batch} columns (one per row of query), "
             f"got {positives.num_candidates}"
         )
-    columns = positives if candidates is None else CandidateSet.concat(positives, candidates)
-    return columns
+
+
+def in_batch_columns(
+    query: torch.Tensor, positives: CandidateSet, candidates: CandidateSet | None
+) -> CandidateSet:
+    """The in-batch layout's columns ``[positives | candidates]``, checked once: ``B``
+    positives for the ``B`` rows of ``query`` (B, d), row ``i``'s in column ``i``."""
+    _check_in_batch(query, positives, candidates)
+    return positives if candidates is None else CandidateSet.concat(positives, candidates)
 
 
 def removed_columns(

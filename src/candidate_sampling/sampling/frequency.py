@@ -34,6 +34,7 @@ import torch
 
 from candidate_sampling.sampling.hashing import draw_hash_parameters, universal_hash
 from candidate_sampling._validate import (
+    check_choice,
     check_finite,
     check_ids,
     check_int_range,
@@ -196,8 +197,7 @@ def mixed_log_q(
     Returns float32 ``log Q*`` of the inputs' shape; raises if some ``Q* = 0`` (an item
     neither source can draw). Chapter 5.
     """
-    if form not in MIXED_Q_FORMS:
-        raise ValueError(f"form must be one of {MIXED_Q_FORMS}, got {form!r}")
+    check_choice("form", form, MIXED_Q_FORMS)
     check_int_range("batch_size", batch_size, 1)
     check_int_range("num_samples", num_samples, 0)
     check_probabilities("batch_probs", batch_probs)

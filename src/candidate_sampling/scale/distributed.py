@@ -56,7 +56,7 @@ from candidate_sampling._validate import (
     check_tensor,
     validate_args,
 )
-from candidate_sampling.candidates import CandidateSet
+from candidate_sampling.candidates import CandidateSet, _check_candidate_set
 from candidate_sampling.losses.core import Temperature, reduce_loss
 from candidate_sampling.losses.retrieval import in_batch_softmax_loss
 from candidate_sampling.losses.sigmoid import (
@@ -178,8 +178,7 @@ def rank_sizes(rows: int, *, device: torch.device | str | None = None, group=Non
 
 
 def _check_shared(positives: CandidateSet) -> None:
-    if not isinstance(positives, CandidateSet):
-        raise ValueError(f"positives must be a CandidateSet, got {type(positives).__name__}")
+    _check_candidate_set("positives", positives)
     for name in ("log_q", "mask"):
         value = getattr(positives, name)
         if value is not None and value.dim() != 1:

@@ -36,10 +36,10 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from candidate_sampling._validate import check_int_range, check_reduction, check_tensor
+from candidate_sampling._validate import check_int_range, check_reduction
 from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.losses.core import Temperature, reduce_loss
-from candidate_sampling.losses.retrieval import in_batch_softmax_loss
+from candidate_sampling.losses.retrieval import _check_in_batch, in_batch_softmax_loss
 
 __all__ = ["GradCacheOutput", "checkpointed_in_batch_softmax_loss", "gradcache_backward"]
 
@@ -237,15 +237,8 @@ def checkpointed_in_batch_softmax_loss(
     """
     check_int_range("block_size", block_size, 1)
     check_reduction(reduction)
-    check_tensor("query", query, ("B", "d"), floating=True)
-    if not isinstance(positives, CandidateSet):
-        raise ValueError(f"positives must be a CandidateSet, got {type(positives).__name__}")
+    _check_in_batch(query, positives, candidates)  # no wrap-around: one positive per row
     batch = query.shape[0]
-    if positives.num_candidates != batch:  # no wrap-around: one positive column per row
-        raise ValueError(
-            f"positives must have B = {batch} columns (one per row of query), "
-            f"got {positives.num_candidates}"
-        )
 
     def block(start: int, q: torch.Tensor, *_tensors: torch.Tensor) -> torch.Tensor:
         rows = slice(start, start + q.shape[0])

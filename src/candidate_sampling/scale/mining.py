@@ -72,6 +72,7 @@ import numpy as np
 import torch
 
 from candidate_sampling._validate import (
+    check_choice,
     check_finite,
     check_int_range,
     check_same,
@@ -282,8 +283,7 @@ def choose_negatives(
     a search narrower than ``num_negatives``, are padded with id ``-1``, score ``-inf``,
     rank ``-1`` and ``valid=False``. Inputs (B, k) as from :func:`survivors`. Chapter 8.
     """
-    if sampling not in SAMPLING:
-        raise ValueError(f"sampling must be one of {SAMPLING}, got {sampling!r}")
+    check_choice("sampling", sampling, SAMPLING)
     check_int_range("num_negatives", num_negatives, 1)
     batch, fetched = scores.shape
     device = scores.device
@@ -349,8 +349,7 @@ class HardNegativeMiner:
         refresh_every: int | None = None,
         num_threads: int | None = None,
     ) -> None:
-        if index not in INDEX_KINDS:
-            raise ValueError(f"index must be one of {INDEX_KINDS}, got {index!r}")
+        check_choice("index", index, INDEX_KINDS)
         check_int_range("hnsw_m", hnsw_m, 2)
         check_int_range("ef_construction", ef_construction, 1)
         check_int_range("ef_search", ef_search, 1)
@@ -566,8 +565,7 @@ class HardNegativeMiner:
         if range_max is None:
             range_max = range_min + num_negatives
         check_int_range("range_max", range_max, range_min + 1)
-        if sampling not in SAMPLING:
-            raise ValueError(f"sampling must be one of {SAMPLING}, got {sampling!r}")
+        check_choice("sampling", sampling, SAMPLING)
         _check_rules(max_score, relative_margin, absolute_margin)
         pos = _check_positive_ids(positive_ids, batch)
         if (known is None) != (user_index is None):
