@@ -64,6 +64,26 @@ def test_ranks_match_loop(exclude, chunk):
         assert int(got[n]) == want
 
 
+
+@pytest.mark.parametrize("budget", [1, 64, 1 << 21])
+def test_cpu_score_budget_changes_the_chunks_not_the_ranks(monkeypatch, budget):
+    """The CPU cap on a chunk's scores (one row when the budget is below |V|) leaves every
+    rank function's result as it is."""
+    from candidate_sampling.eval import metrics
+    from candidate_sampling.eval.baselines import ranks_from_scores
+
+    ue, ie, user_index, positive_ids = _data()
+    known = _known(_seen())
+    want = positive_ranks(ue, ie, user_index, positive_ids, known=known)
+    want_top = top_k_items(ue, ie, 5, known=known)
+    monkeypatch.setattr(metrics, "CPU_SCORES_PER_CHUNK", budget)
+    assert metrics.rows_per_chunk(2048, 30, torch.device("cpu")) == max(1, min(2048, budget // 30))
+    assert metrics.rows_per_chunk(2048, 30, torch.device("meta")) == 2048
+    assert torch.equal(positive_ranks(ue, ie, user_index, positive_ids, known=known), want)
+    assert torch.equal(top_k_items(ue, ie, 5, known=known), want_top)
+    got = ranks_from_scores(ue @ ie.T, user_index, positive_ids, known=known)
+    assert torch.equal(got, want)
+
 def test_metrics_match_loop():
     ranks = torch.tensor([0, 3, 12, 1, 50])
     users = torch.tensor([0, 0, 1, 2, 2])

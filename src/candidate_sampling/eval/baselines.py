@@ -34,7 +34,7 @@ from candidate_sampling._validate import (
 )
 from candidate_sampling.device import exact_float64
 from candidate_sampling.eval.known_pairs import KnownPairs, check_known
-from candidate_sampling.eval.metrics import check_pairs, count_above
+from candidate_sampling.eval.metrics import check_pairs, count_above, rows_per_chunk
 
 __all__ = [
     "ease_scores",
@@ -167,8 +167,9 @@ def ranks_from_scores(
     items of ``known`` (a :class:`~candidate_sampling.eval.known_pairs.KnownPairs`, e.g.
     the training interactions) removed from the ranking; the positive itself is never
     removed. ``user_index``: (n,) rows of ``scores``; ``positive_ids``: (n,) held-out
-    items. Works in chunks of ``chunk_size`` positives (each chunk's rows are copied, the
-    matrix never is).
+    items. Works in chunks of ``chunk_size`` positives (on the CPU, of at most
+    :data:`~candidate_sampling.eval.metrics.CPU_SCORES_PER_CHUNK` scores; each chunk's rows
+    are copied, the matrix never is).
 
     ``candidate_ids``: optional ``(n, m)`` item ids; the positive is then ranked among its
     row's ``m`` candidates only (the sampled protocol of
@@ -189,12 +190,13 @@ def ranks_from_scores(
             check_ids("candidate_ids", candidate_ids, num_items)
             return count_above(scores[users[:, None], candidate_ids.to(device)], target_score)
         out = [torch.zeros(0, dtype=torch.int64, device=device)]
-        for start in range(0, users.shape[0], chunk_size):
-            u = users[start : start + chunk_size]
+        step = rows_per_chunk(chunk_size, num_items, device)
+        for start in range(0, users.shape[0], step):
+            u = users[start : start + step]
             rows = scores[u]  # a copy: the known items are filled in it, not in scores
             if known is not None:
                 known.fill_(rows, u)
-            out.append(count_above(rows, target_score[start : start + chunk_size]))
+            out.append(count_above(rows, target_score[start : start + step]))
     return torch.cat(out)
 
 
