@@ -104,6 +104,16 @@ def test_launch_and_download_buttons_are_configured():
     assert sphinx["config"]["html_theme_options"]["use_download_button"] is True
 
 
+
+def test_every_cell_has_a_unique_id():
+    """nbformat 4.5 cells carry an ``id``; a missing one is a build warning today and an
+    error in future nbformat versions."""
+    for nb in NOTEBOOKS:
+        cells = json.loads(nb.read_text())["cells"]
+        ids = [c.get("id") for c in cells]
+        assert None not in ids, nb.name
+        assert len(set(ids)) == len(ids), nb.name
+
 def test_code_lines_fit_in_88_columns():
     """Every line of every code cell, magics and comments included, so no cell scrolls."""
     long_lines = []
