@@ -77,8 +77,8 @@ def test_cpu_score_budget_changes_the_chunks_not_the_ranks(monkeypatch, budget):
     want = positive_ranks(ue, ie, user_index, positive_ids, known=known)
     want_top = top_k_items(ue, ie, 5, known=known)
     monkeypatch.setattr(metrics, "CPU_SCORES_PER_CHUNK", budget)
-    assert metrics.rows_per_chunk(2048, 30, torch.device("cpu")) == max(1, min(2048, budget // 30))
-    assert metrics.rows_per_chunk(2048, 30, torch.device("meta")) == 2048
+    assert metrics._rows_per_chunk(2048, 30, torch.device("cpu")) == max(1, min(2048, budget // 30))
+    assert metrics._rows_per_chunk(2048, 30, torch.device("meta")) == 2048
     assert torch.equal(positive_ranks(ue, ie, user_index, positive_ids, known=known), want)
     assert torch.equal(top_k_items(ue, ie, 5, known=known), want_top)
     got = ranks_from_scores(ue @ ie.T, user_index, positive_ids, known=known)

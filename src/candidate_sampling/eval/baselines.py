@@ -34,7 +34,7 @@ from candidate_sampling._validate import (
 )
 from candidate_sampling.device import exact_float64
 from candidate_sampling.eval.known_pairs import KnownPairs, check_known
-from candidate_sampling.eval.metrics import check_pairs, count_above, rows_per_chunk
+from candidate_sampling.eval.metrics import _rows_per_chunk, check_pairs, count_above
 
 __all__ = [
     "ease_scores",
@@ -190,7 +190,7 @@ def ranks_from_scores(
             check_ids("candidate_ids", candidate_ids, num_items)
             return count_above(scores[users[:, None], candidate_ids.to(device)], target_score)
         out = [torch.zeros(0, dtype=torch.int64, device=device)]
-        step = rows_per_chunk(chunk_size, num_items, device)
+        step = _rows_per_chunk(chunk_size, num_items, device)
         for start in range(0, users.shape[0], step):
             u = users[start : start + step]
             rows = scores[u]  # a copy: the known items are filled in it, not in scores

@@ -65,7 +65,6 @@ __all__ = [
     "metrics_from_ranks",
     "popularity_strata",
     "positive_ranks",
-    "rows_per_chunk",
     "retrieval_metrics",
     "sampled_metrics",
     "sample_unseen_negatives",
@@ -156,7 +155,7 @@ def count_above(scores: torch.Tensor, positive_scores: torch.Tensor) -> torch.Te
 CPU_SCORES_PER_CHUNK = 1 << 21
 
 
-def rows_per_chunk(chunk_size: int, num_items: int, device: torch.device) -> int:
+def _rows_per_chunk(chunk_size: int, num_items: int, device: torch.device) -> int:
     """Rows of a ``(rows, num_items)`` score chunk: ``chunk_size``, and on the CPU at most
     :data:`CPU_SCORES_PER_CHUNK` scores (at least one row)."""
     if device.type != "cpu":
@@ -188,7 +187,7 @@ def positive_ranks(
     user_embeddings, item_embeddings = _scoring_pair(user_embeddings, item_embeddings)
     device = item_embeddings.device
     users, targets = user_index.to(device), positive_ids.to(device)
-    step = rows_per_chunk(chunk_size, item_embeddings.shape[0], device)
+    step = _rows_per_chunk(chunk_size, item_embeddings.shape[0], device)
     ranks = []
     with torch.no_grad():
         for start in range(0, users.shape[0], step):
@@ -222,7 +221,7 @@ def top_k_items(
     check_known(known, num_users, num_items)
     user_embeddings, item_embeddings = _scoring_pair(user_embeddings, item_embeddings)
     device = item_embeddings.device
-    step = rows_per_chunk(chunk_size, num_items, device)
+    step = _rows_per_chunk(chunk_size, num_items, device)
     out = []
     with torch.no_grad():
         for start in range(0, num_users, step):
