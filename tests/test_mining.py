@@ -167,6 +167,49 @@ def test_mine_matches_loop_reference(range_min, width, max_score, rel, absm, see
         assert all(int(j) == -1 for j, v in zip(mined.ids[i], mined.valid[i]) if not v)
 
 
+@settings(max_examples=30)
+@given(
+    st.sampled_from([200, 500]),
+    st.sampled_from([1, 4]),
+    st.sampled_from([None, 0.5, 1.5]),
+    st.sampled_from([None, 0.0, 0.05, 0.3]),
+    st.sampled_from([None, 0.1, 1.0]),
+    st.booleans(),
+    st.integers(0, 1000),
+)
+def test_whole_catalogue_mining_matches_loop_reference(
+    range_max, num_negatives, max_score, rel, absm, with_known, seed
+):
+    """fetch and window covering every item (the torch index's path without a full sort):
+    the same negatives and ranks as the loop, known items and padding included."""
+    items = randn(200, 6, seed=seed, dtype=D64)
+    queries = randn(7, 6, seed=seed + 1, dtype=D64)
+    positives = torch.randint(0, 200, (7, 2), generator=torch.Generator().manual_seed(seed))
+    queries = queries + 2 * items[positives[:, 0]]
+    extra, excluded = {}, [list(p) for p in positives.tolist()]
+    if with_known:  # user r knows the items 10 r .. 10 r + 29
+        users = torch.arange(7).repeat_interleave(30)
+        known_items = (10 * users + torch.arange(30).repeat(7)) % 200
+        extra = {"known": KnownPairs(users, known_items, num_items=200),
+                 "user_index": torch.arange(7)}
+        for r in range(7):
+            excluded[r] += [(10 * r + j) % 200 for j in range(30)]
+    miner = HardNegativeMiner(index="torch").build(items)
+    mined = miner.mine(queries, num_negatives=num_negatives, positive_ids=positives,
+                       range_max=range_max, max_score=max_score, relative_margin=rel,
+                       absolute_margin=absm, **extra)
+    ref = ref_mine(queries, items, num_negatives, excluded, range_min=0,
+                   range_max=range_max, max_score=max_score, relative_margin=rel,
+                   absolute_margin=absm)
+    assert mined.ids.shape == (7, num_negatives)
+    for i in range(7):
+        got = [
+            (int(j), int(r)) for j, r, v in zip(mined.ids[i], mined.ranks[i], mined.valid[i]) if v
+        ]
+        assert got == ref[i]
+        assert all(int(j) == -1 for j, v in zip(mined.ids[i], mined.valid[i]) if not v)
+
+
 def test_relative_margin_any_sign_and_scale():
     """The positive-aware margin keeps only scores below the positive, whatever its sign.
 
@@ -207,6 +250,26 @@ def test_faiss_flat_mines_like_torch():
     b = HardNegativeMiner(index="flat", num_threads=1).build(items).mine(queries, **kw)
     assert torch.equal(a.ids, b.ids) and torch.equal(a.valid, b.valid)
     assert a.valid.any()
+
+
+def test_an_index_that_returns_unsorted_lists_mines_the_same(monkeypatch):
+    """mine() sorts again only when a search did not return its lists best first."""
+    items, queries = randn(300, 8, seed=3), randn(12, 8, seed=4)
+    pos = torch.arange(12)
+    kw = {"num_negatives": 3, "positive_ids": pos, "range_min": 1, "range_max": 30}
+    miner = HardNegativeMiner(index="torch").build(items)
+    expected = miner.mine(queries, **kw)
+    search = miner.search
+
+    def shuffled(q, k):  # the same lists, each in a random order
+        scores, ids = search(q, k)
+        order = torch.argsort(torch.rand(scores.shape, generator=torch.Generator().manual_seed(5)))
+        return scores.gather(1, order), ids.gather(1, order)
+
+    monkeypatch.setattr(miner, "search", shuffled)
+    got = miner.mine(queries, **kw)
+    assert torch.equal(got.ids, expected.ids) and torch.equal(got.ranks, expected.ranks)
+    assert torch.equal(got.valid, expected.valid)
 
 
 def test_known_positives_are_excluded_and_rows_are_padded():

@@ -593,20 +593,30 @@ class HardNegativeMiner:
         if fetch is None:
             fetch = range_max + extra
         check_int_range("fetch", fetch, 1)
+        rules = {
+            "max_score": max_score,
+            "relative_margin": relative_margin,
+            "absolute_margin": absolute_margin,
+            "positive_scores": positive_scores,
+        }
+        if (
+            self.kind == "torch"
+            and sampling == "top"
+            and range_min == 0
+            and min(fetch, range_max) >= self.num_items
+        ):  # the whole catalogue, every rank in the window: no full sort needed
+            return self._mine_whole_catalogue(
+                queries, num_negatives, pos, known, user_index, rules
+            )
         scores, ids = self.search(queries, min(self.num_items, fetch))  # 1. search
         excluded = exclusion_mask(ids, positive_ids=pos, known=known, user_index=user_index)
-        # rank among the non-excluded candidates, hardest = 0 (faiss returns sorted lists)
-        order = torch.argsort(scores, dim=1, descending=True, stable=True)
-        scores, ids, excluded = (t.gather(1, order) for t in (scores, ids, excluded))
+        # rank among the non-excluded candidates, hardest = 0: the indexes return each
+        # list best first (-inf pads last), so sorting again is needed only if one did not
+        if not bool((scores[:, 1:] <= scores[:, :-1]).all()):
+            order = torch.argsort(scores, dim=1, descending=True, stable=True)
+            scores, ids, excluded = (t.gather(1, order) for t in (scores, ids, excluded))
         ranks, keep = survivors(  # 3. the rules
-            scores,
-            excluded,
-            range_min=range_min,
-            range_max=range_max,
-            max_score=max_score,
-            relative_margin=relative_margin,
-            absolute_margin=absolute_margin,
-            positive_scores=positive_scores,
+            scores, excluded, range_min=range_min, range_max=range_max, **rules
         )
         return choose_negatives(
             scores,
@@ -618,6 +628,46 @@ class HardNegativeMiner:
             generator=generator,
             built_at=self.built_at,
         )
+
+
+    def _mine_whole_catalogue(
+        self,
+        queries: torch.Tensor,
+        num_negatives: int,
+        pos: torch.Tensor | None,
+        known: KnownPairs | None,
+        user_index: torch.Tensor | None,
+        rules: dict,
+    ) -> MinedNegatives:
+        """:meth:`mine` when the search returns every item and the rank window holds them all
+        (``index="torch"``, ``sampling="top"``, ``range_min=0``): the same negatives and
+        ranks without sorting each row's |V| scores (ties aside). The rules only keep or
+        drop a candidate, so they apply to the unsorted scores; the hardest kept ones are a
+        top-k; a rank is the number of non-excluded items that score higher."""
+        q = queries.detach().to(self._items.dtype)
+        scores = q @ self._items.T  # (B, N), index order
+        ids = self.item_ids.to(scores.device)[None, :].expand(scores.shape[0], -1)
+        excluded = exclusion_mask(ids, positive_ids=pos, known=known, user_index=user_index)
+        # ranks are not computed on unsorted scores, but a window of [0, N) keeps them all
+        _, keep = survivors(scores, excluded, range_min=0, range_max=scores.shape[1], **rules)
+        take = min(num_negatives, scores.shape[1])
+        top = torch.topk(scores.masked_fill(~keep, float("-inf")), take, dim=1)
+        chosen = top.indices
+        valid = keep.gather(1, chosen)
+        counted = torch.where(excluded, torch.full_like(scores, float("-inf")), scores)
+        ranks = torch.stack(
+            [(counted > top.values[:, j : j + 1]).sum(1) for j in range(take)], 1
+        )
+        batch, pad = scores.shape[0], num_negatives - take
+
+        def pick(values: torch.Tensor, fill: float) -> torch.Tensor:
+            out = values.masked_fill(~valid, fill)
+            return torch.cat([out, out.new_full((batch, pad), fill)], 1) if pad else out
+
+        picked = pick(ids.gather(1, chosen), -1), pick(top.values, float("-inf")), pick(ranks, -1)
+        valid = torch.cat([valid, valid.new_zeros((batch, pad))], 1) if pad else valid
+        device = queries.device
+        return MinedNegatives(*(t.to(device) for t in (*picked, valid)), self.built_at)
 
 
 def _check_rules(
