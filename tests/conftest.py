@@ -7,6 +7,14 @@ Set ``HYPOTHESIS_PROFILE=explore`` to search with fresh random examples locally.
 The package's value checks are a process-wide switch
 (:func:`candidate_sampling.set_validate_args`); the autouse fixture below puts it back
 after every test, so a test that turns the checks off cannot leak that into the next one.
+
+The chapters (``tests/test_chapters.py``) are ordered for two xdist workers (CI:
+``python -m pytest -n auto`` on two cores, ``--dist worksteal``). Work stealing hands each
+worker one half of the collected list and lets an idle worker take the tail of the other's
+queue. So the chapters are split into two groups of about equal expected time (greedy,
+longest first, from ``CI_SECONDS``), and each group is put at the head of one half: both
+workers start on their chapters at once, the unit tests follow, and what is stolen at the
+end is short. Without xdist the order changes nothing.
 """
 
 import os
@@ -26,3 +34,28 @@ def _restore_validate_args():
     before = candidate_sampling.get_validate_args()
     yield
     candidate_sampling.set_validate_args(before)
+
+
+def _is_chapter(item) -> bool:
+    return getattr(item, "originalname", None) == "test_chapter_executes"
+
+
+def pytest_collection_modifyitems(items):
+    from test_chapters import CI_SECONDS  # tests/ is on sys.path (rootdir conftest)
+
+    chapters = [i for i in items if _is_chapter(i)]
+    if not chapters:
+        return
+    rest = [i for i in items if not _is_chapter(i)]
+
+    def expected(item) -> float:  # a chapter missing from the table: assume the longest
+        return CI_SECONDS.get(item.callspec.params["notebook"].stem, float("inf"))
+
+    groups, load = ([], []), [0.0, 0.0]
+    for item in sorted(chapters, key=expected, reverse=True):
+        g = 0 if load[0] <= load[1] else 1
+        groups[g].append(item)
+        load[g] += min(expected(item), 1e6)
+    half = len(items) // 2  # worksteal's first worker takes items[:half]
+    head = max(0, half - len(groups[0]))
+    items[:] = groups[0] + rest[:head] + groups[1] + rest[head:]

@@ -95,6 +95,18 @@ def execute_or_reuse(notebook: Path) -> tuple[str, float]:
 
 CHAPTERS = toc_chapters()
 
+#: Seconds each chapter took in CI (one torch thread, two chapters at a time; the cache's
+#: ``execution_seconds``, 2026-11-26). Only an order: ``conftest.py`` runs the chapters
+#: first, longest first, so that with ``--dist worksteal`` the last tests a worker takes
+#: are short ones and the two workers finish together. A chapter missing here runs first.
+CI_SECONDS = {
+    "01_softmax_cross_entropy": 35, "02_importance_sampling": 13,
+    "03_nce_negative_sampling": 27, "04_sampled_softmax": 96,
+    "05_two_tower_retrieval": 195, "06_contrastive_losses": 52,
+    "07_more_negatives": 152, "08_hard_negatives": 162, "09_catalogue_scale": 242,
+    "10_exact_or_sampled": 166,
+}
+
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     # kernels started from here inherit this: each worker's chapter gets its share of cores
     _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
