@@ -96,9 +96,9 @@ def execute_or_reuse(notebook: Path) -> tuple[str, float]:
 CHAPTERS = toc_chapters()
 
 #: Seconds each chapter took in CI (one torch thread, two chapters at a time; the cache's
-#: ``execution_seconds``, 2026-11-26). Only an order: ``conftest.py`` runs the chapters
-#: first, longest first, so that with ``--dist worksteal`` the last tests a worker takes
-#: are short ones and the two workers finish together. A chapter missing here runs first.
+#: ``execution_seconds``, 2026-11-26). Only an order: ``conftest.py`` splits the chapters
+#: into two groups of equal expected time, one at the head of each xdist worker's half, so
+#: the two workers finish together. A chapter missing here counts as the longest.
 CI_SECONDS = {
     "01_softmax_cross_entropy": 35, "02_importance_sampling": 13,
     "03_nce_negative_sampling": 27, "04_sampled_softmax": 96,

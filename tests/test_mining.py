@@ -272,6 +272,16 @@ def test_an_index_that_returns_unsorted_lists_mines_the_same(monkeypatch):
     assert torch.equal(got.valid, expected.valid)
 
 
+@pytest.mark.parametrize("window", [{"range_max": 5, "fetch": 10}, {"range_max": 50}])
+def test_nan_queries_raise_on_every_mining_path(window):
+    """Whole-catalogue mining (no search call) checks its queries like the searched path."""
+    miner = HardNegativeMiner(index="torch").build(randn(50, 4))
+    queries = randn(3, 4)
+    queries[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="queries must be finite"):
+        miner.mine(queries, num_negatives=2, positive_ids=torch.arange(3), **window)
+
+
 def test_known_positives_are_excluded_and_rows_are_padded():
     items = randn(50, 4, seed=10, dtype=D64)
     queries = randn(3, 4, seed=11, dtype=D64)

@@ -556,7 +556,8 @@ def sequences(movielens: MovieLens, length: int) -> dict[str, torch.Tensor]:
     by_time = movielens.ratings.sort_values(["user_id", "timestamp"], kind="stable")
     user_index = torch.as_tensor(by_time["user_id"].to_numpy() - 1, dtype=torch.int64)
     item_index = torch.as_tensor(by_time["item_id"].to_numpy() - 1, dtype=torch.int64)
-    position = torch.as_tensor(by_time.groupby("user_id").cumcount().to_numpy(copy=True), dtype=torch.int64)
+    position = by_time.groupby("user_id").cumcount().to_numpy(copy=True)  # writable (pandas 3)
+    position = torch.as_tensor(position, dtype=torch.int64)
     is_last = torch.ones(len(item_index), dtype=torch.bool)
     is_last[:-1] = user_index[1:] != user_index[:-1]
     return {

@@ -496,6 +496,10 @@ class HardNegativeMiner:
         check_tensor("queries", queries, ("B", self.dim), floating=True)
         check_int_range("k", k, 1, self.num_items)
         check_finite("queries", queries)
+        return self._search(queries, k)
+
+    def _search(self, queries: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`search` without its checks (:meth:`mine` checked its inputs once)."""
         q = queries.detach()
         if self.kind == "torch":
             scores, positions = _top_k(q.to(self._items.dtype), self._items, k)
@@ -559,6 +563,7 @@ class HardNegativeMiner:
         """
         self._check_built()
         check_tensor("queries", queries, ("B", self.dim), floating=True)
+        check_finite("queries", queries)  # an index turns NaN into arbitrary neighbours
         batch = queries.shape[0]
         check_int_range("num_negatives", num_negatives, 1)
         check_int_range("range_min", range_min, 0)
@@ -608,7 +613,7 @@ class HardNegativeMiner:
             return self._mine_whole_catalogue(
                 queries, num_negatives, pos, known, user_index, rules
             )
-        scores, ids = self.search(queries, min(self.num_items, fetch))  # 1. search
+        scores, ids = self._search(queries, min(self.num_items, fetch))  # 1. search
         excluded = exclusion_mask(ids, positive_ids=pos, known=known, user_index=user_index)
         # rank among the non-excluded candidates, hardest = 0: the indexes return each
         # list best first (-inf pads last), so sorting again is needed only if one did not
@@ -643,31 +648,32 @@ class HardNegativeMiner:
         (``index="torch"``, ``sampling="top"``, ``range_min=0``): the same negatives and
         ranks without sorting each row's |V| scores (ties aside). The rules only keep or
         drop a candidate, so they apply to the unsorted scores; the hardest kept ones are a
-        top-k; a rank is the number of non-excluded items that score higher."""
-        q = queries.detach().to(self._items.dtype)
-        scores = q @ self._items.T  # (B, N), index order
+        top-k, handed to :func:`choose_negatives` best first; a rank is the number of
+        non-excluded items that score higher."""
+        scores = queries.detach().to(self._items.dtype) @ self._items.T  # (B, N), index order
         ids = self.item_ids.to(scores.device)[None, :].expand(scores.shape[0], -1)
         excluded = exclusion_mask(ids, positive_ids=pos, known=known, user_index=user_index)
-        # ranks are not computed on unsorted scores, but a window of [0, N) keeps them all
+        # survivors' ranks assume sorted scores, but a window of [0, N) keeps every rank
         _, keep = survivors(scores, excluded, range_min=0, range_max=scores.shape[1], **rules)
-        take = min(num_negatives, scores.shape[1])
-        top = torch.topk(scores.masked_fill(~keep, float("-inf")), take, dim=1)
-        chosen = top.indices
-        valid = keep.gather(1, chosen)
-        counted = torch.where(excluded, torch.full_like(scores, float("-inf")), scores)
-        ranks = torch.stack(
-            [(counted > top.values[:, j : j + 1]).sum(1) for j in range(take)], 1
+        top = torch.topk(
+            scores.masked_fill(~keep, float("-inf")), min(num_negatives, scores.shape[1]), dim=1
         )
-        batch, pad = scores.shape[0], num_negatives - take
-
-        def pick(values: torch.Tensor, fill: float) -> torch.Tensor:
-            out = values.masked_fill(~valid, fill)
-            return torch.cat([out, out.new_full((batch, pad), fill)], 1) if pad else out
-
-        picked = pick(ids.gather(1, chosen), -1), pick(top.values, float("-inf")), pick(ranks, -1)
-        valid = torch.cat([valid, valid.new_zeros((batch, pad))], 1) if pad else valid
+        counted = scores.masked_fill(excluded, float("-inf"))
+        # one (B, N) comparison per negative, not a (B, k, N) one: N may be the catalogue
+        ranks = torch.stack([(counted > v[:, None]).sum(1) for v in top.values.unbind(1)], 1)
+        mined = choose_negatives(
+            top.values,
+            ids.gather(1, top.indices),
+            ranks,
+            keep.gather(1, top.indices),
+            num_negatives=num_negatives,
+            built_at=self.built_at,
+        )
         device = queries.device
-        return MinedNegatives(*(t.to(device) for t in (*picked, valid)), self.built_at)
+        return MinedNegatives(
+            *(t.to(device) for t in (mined.ids, mined.scores, mined.ranks, mined.valid)),
+            self.built_at,
+        )
 
 
 def _check_rules(
