@@ -12,8 +12,9 @@ trap 'rm -rf "$work"' EXIT
 python3 -m venv "$work/venv"
 py="$work/venv/bin/python"
 "$py" -m pip install --quiet --upgrade pip
-"$py" -m pip install --quiet "torch==2.13.0"
-"$py" -m pip install --quiet "$wheel"
+# --no-compile: CI runs this beside the chapters; byte-compiling torch would take a core
+"$py" -m pip install --quiet --no-compile "torch==2.13.0"
+"$py" -m pip install --quiet --no-compile "$wheel"
 echo "installed $(basename "$wheel") into a clean environment:"
 "$py" -m pip list --format=freeze | sed 's/^/  /'
 # run from an empty folder, so only the installed wheel (not src/) can be imported
