@@ -12,7 +12,8 @@ trap 'rm -rf "$work"' EXIT
 python3 -m venv "$work/venv"
 py="$work/venv/bin/python"
 "$py" -m pip install --quiet --upgrade pip
-# --no-compile: CI runs this beside the chapters; byte-compiling torch would take a core
+# --no-compile: CI runs this in the background beside pip's main install; byte-compiling
+# torch would take a core for about half a minute
 "$py" -m pip install --quiet --no-compile "torch==2.13.0"
 "$py" -m pip install --quiet --no-compile "$wheel"
 echo "installed $(basename "$wheel") into a clean environment:"
