@@ -282,6 +282,18 @@ def test_nan_queries_raise_on_every_mining_path(window):
         miner.mine(queries, num_negatives=2, positive_ids=torch.arange(3), **window)
 
 
+@pytest.mark.parametrize("window", [{"range_max": 5, "fetch": 10}, {"range_max": 50}])
+def test_positive_ids_below_the_padding_value_raise_on_every_mining_path(window):
+    """-1 pads a row's positives; a more negative id is a caller's mistake, not a pad."""
+    miner = HardNegativeMiner(index="torch").build(randn(50, 4))
+    with pytest.raises(ValueError, match="positive_ids must be >= -1"):
+        miner.mine(randn(3, 4), num_negatives=2, positive_ids=torch.tensor([0, -5, 2]),
+                   **window)
+    padded = miner.mine(randn(3, 4), num_negatives=2, positive_ids=torch.tensor([0, -1, 2]),
+                        **window)
+    assert padded.valid.all()
+
+
 def test_known_positives_are_excluded_and_rows_are_padded():
     items = randn(50, 4, seed=10, dtype=D64)
     queries = randn(3, 4, seed=11, dtype=D64)

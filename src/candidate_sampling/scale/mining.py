@@ -697,4 +697,6 @@ def _check_positive_ids(positive_ids: torch.Tensor | None, batch: int) -> torch.
     check_tensor(
         "positive_ids", positive_ids, (batch,) + (None,) * (positive_ids.dim() - 1), floating=False
     )
+    if get_validate_args() and positive_ids.numel() and int(positive_ids.min()) < -1:
+        raise ValueError(f"positive_ids must be >= -1 (-1 pads), got {int(positive_ids.min())}")
     return positive_ids if positive_ids.dim() == 2 else positive_ids[:, None]
