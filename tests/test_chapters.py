@@ -33,6 +33,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 
@@ -59,17 +64,36 @@ def _timeout() -> int:
     return int(config.get("execute", {}).get("timeout", 900))
 
 
+def open_cache(path: Path | None = None):
+    """The shared jupyter-cache (``cache_path()`` unless ``path``), its database created
+    by one process at a time.
+
+    jupyter-cache creates its tables on first use. Two xdist workers that reach an empty
+    cache at the same moment both try, and one fails with "table settings already exists",
+    so the first use holds an exclusive lock on a file beside the cache folder (POSIX
+    ``flock``; where there is none, as on Windows, run the chapters without ``-n``)."""
+    from jupyter_cache import get_cache
+
+    path = cache_path() if path is None else path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f"{path.name}.lock", "w") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        cache = get_cache(str(path))
+        cache.db  # creates the database and its tables if this process is the first
+    return cache
+
+
 def execute_or_reuse(notebook: Path) -> tuple[str, float]:
     """``("cached", s)`` if the cache holds this notebook's execution, else execute it
     and cache it (``("executed", s)``). Raises ``AssertionError`` with the traceback of a
     failing cell. Mirrors MyST-NB's cache client, so the book build finds the result."""
     import nbformat
-    from jupyter_cache import get_cache
     from jupyter_cache.base import CacheBundleIn
     from jupyter_cache.cache.db import NbProjectRecord
     from jupyter_cache.executors.utils import single_nb_execution
 
-    cache = get_cache(str(cache_path()))
+    cache = open_cache()
     nb = nbformat.read(notebook, as_version=4)
     try:
         record = cache.match_cache_notebook(nb)
@@ -130,3 +154,37 @@ def test_the_table_of_contents_lists_chapters():
 def test_chapter_executes(notebook: Path):
     how, seconds = execute_or_reuse(notebook)
     print(f"{notebook.name}: {how} ({seconds:.0f} s)")
+
+
+def _open_after(barrier, path: Path, errors) -> None:
+    barrier.wait()
+    try:
+        open_cache(path).list_cache_records()
+    except Exception as error:  # noqa: BLE001 (reported to the parent)
+        errors.put(repr(error))
+
+
+@pytest.mark.skipif(fcntl is None, reason="the lock needs POSIX flock")
+def test_workers_opening_an_empty_cache_at_once_all_succeed(tmp_path):
+    """Two xdist workers reached an empty cache together and one failed ("table settings
+    already exists"): the first use is serialised by open_cache's lock."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    workers = 6
+    barrier, errors = context.Barrier(workers), context.Queue()
+    path = tmp_path / "cache" / "key"
+    processes = [
+        context.Process(target=_open_after, args=(barrier, path, errors))
+        for _ in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=60)
+    failures = []
+    while not errors.empty():
+        failures.append(errors.get())
+    assert failures == []
+    assert [process.exitcode for process in processes] == [0] * workers
+    assert (path / "global.db").exists()
