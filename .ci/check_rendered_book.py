@@ -16,7 +16,7 @@ A page fails when
   * the intro page has no BibTeX block with the version and URL of CITATION.cff;
   * an API reference page (book/api/) documents no object or has no summary table, or
     any page shows an unrendered reST directive (``.. automodule::``).
-Usage: python .ci/check_rendered_book.py _build/html [--screenshot DIR]
+Usage: python .ci/check_rendered_book.py _build/html [--screenshot DIR] [--browsers N]
 Needs Debian's chromium and chromium-driver and the PyPI packages selenium and PyYAML.
 """
 
@@ -27,6 +27,7 @@ import re
 import shutil
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -261,46 +262,81 @@ def make_driver() -> webdriver.Chrome:
     return driver
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("build", type=Path, help="the HTML build folder, e.g. _build/html")
-    parser.add_argument("--screenshot", type=Path, help="save a PNG of every page here")
-    args = parser.parse_args()
-    pages = pages_of(args.build)
-    if not pages:
-        print(f"no HTML pages under {args.build}: build the book first")
-        return 1
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    version = str(yaml.safe_load((ROOT / "CITATION.cff").read_text())["version"])
-    names = [page.relative_to(args.build).as_posix() for page in pages]
-    chapters = sorted(n[: -len(".html")] for n in names if n.startswith("notebooks/"))
-    seen = {"status": False, "intro": False, "exercises": 0, "api": 0}
+def check_pages(pages: list[tuple[Path, str]], chapters: list[str], config: dict,
+                version: str, screenshot: Path | None) -> dict[str, tuple[dict, dict]]:
+    """Open each ``(page, name)`` in one browser of its own: ``{name: (report, book)}``."""
+    results = {}
     driver = make_driver()
-    failures, total_math = 0, 0
     try:
-        for page, name in zip(pages, names):
+        for page, name in pages:
             driver.get(page.resolve().as_uri())
             report = driver.execute_async_script(PAGE_CHECK)
             book = driver.execute_async_script(BOOK_CHECK)
             book["chapters"] = chapters
             report["problems"] += book_problems(name, book, config, version)
-            seen["status"] |= name == STATUS_PAGE
-            seen["intro"] |= name == INTRO_PAGE
-            seen["exercises"] += len(book["exercises"])
-            seen["api"] += book["apiObjects"] if name.startswith(API_DIR) else 0
-            total_math += report["math"]
-            status = "FAIL" if report["problems"] else "ok"
-            print(f"{status:4} {name}: {report['math']} math, "
-                  f"{report['typeset']} typeset, {report['images']} images, "
-                  f"{len(book['exercises'])} exercises, {len(book['solutions'])} solutions")
-            for problem in report["problems"][:20]:
-                print(f"       - {problem}")
-            failures += bool(report["problems"])
-            if args.screenshot:
-                args.screenshot.mkdir(parents=True, exist_ok=True)
-                driver.save_screenshot(str(args.screenshot / (page.stem + ".png")))
+            results[name] = (report, book)
+            if screenshot:
+                screenshot.mkdir(parents=True, exist_ok=True)
+                driver.save_screenshot(str(screenshot / (page.stem + ".png")))
     finally:
         driver.quit()
+    return results
+
+
+def split_by_size(pages: list[tuple[Path, str]], parts: int) -> list[list[tuple[Path, str]]]:
+    """``parts`` lists of about equal HTML size (largest first, each to the lightest list):
+    a page's cost is mostly its math and outputs, which its size follows."""
+    shares: list[list[tuple[Path, str]]] = [[] for _ in range(max(1, parts))]
+    load = [0] * len(shares)
+    for item in sorted(pages, key=lambda item: item[0].stat().st_size, reverse=True):
+        lightest = load.index(min(load))
+        shares[lightest].append(item)
+        load[lightest] += item[0].stat().st_size
+    return [share for share in shares if share]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("build", type=Path, help="the HTML build folder, e.g. _build/html")
+    parser.add_argument("--screenshot", type=Path, help="save a PNG of every page here")
+    parser.add_argument("--browsers", type=int, default=2,
+                        help="browsers checking pages at once (default 2: MathJax keeps one "
+                             "core busy per page)")
+    args = parser.parse_args()
+    pages = pages_of(args.build)
+    if not pages:
+        print(f"no HTML pages under {args.build}: build the book first")
+        return 1
+    if args.browsers < 1:
+        parser.error(f"--browsers must be at least 1, got {args.browsers}")
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    version = str(yaml.safe_load((ROOT / "CITATION.cff").read_text())["version"])
+    names = [page.relative_to(args.build).as_posix() for page in pages]
+    chapters = sorted(n[: -len(".html")] for n in names if n.startswith("notebooks/"))
+    shares = split_by_size(list(zip(pages, names)), args.browsers)
+    results: dict[str, tuple[dict, dict]] = {}
+    with ThreadPoolExecutor(max_workers=len(shares)) as pool:
+        for share in pool.map(
+            lambda share: check_pages(share, chapters, config, version, args.screenshot),
+            shares,
+        ):
+            results.update(share)
+    seen = {"status": False, "intro": False, "exercises": 0, "api": 0}
+    failures, total_math = 0, 0
+    for name in names:  # reported in page order, whichever browser opened the page
+        report, book = results[name]
+        seen["status"] |= name == STATUS_PAGE
+        seen["intro"] |= name == INTRO_PAGE
+        seen["exercises"] += len(book["exercises"])
+        seen["api"] += book["apiObjects"] if name.startswith(API_DIR) else 0
+        total_math += report["math"]
+        status = "FAIL" if report["problems"] else "ok"
+        print(f"{status:4} {name}: {report['math']} math, "
+              f"{report['typeset']} typeset, {report['images']} images, "
+              f"{len(book['exercises'])} exercises, {len(book['solutions'])} solutions")
+        for problem in report["problems"][:20]:
+            print(f"       - {problem}")
+        failures += bool(report["problems"])
     if total_math == 0:
         print("no math found on any page: the check would pass vacuously")
         return 1
@@ -314,7 +350,7 @@ def main() -> int:
     if not seen["exercises"]:
         print("no exercises found on any page: the check would pass vacuously")
         return 1
-    print(f"{len(pages)} pages checked, {failures} with problems")
+    print(f"{len(pages)} pages checked in {len(shares)} browsers, {failures} with problems")
     return 1 if failures else 0
 
 
