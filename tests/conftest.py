@@ -29,13 +29,15 @@ settings.register_profile("explore", deadline=None, max_examples=500)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reproducible"))
 
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    # Each xdist worker gets its share of the cores for torch's own threads, as the chapter
-    # kernels it starts do (tests/test_chapters.py): with two workers on two cores, unit
-    # tests on two threads each beside a one-thread kernel oversubscribe the cores (the unit
-    # tests alone, two workers: 55 s on two threads each, 42 s on one).
+    # Each xdist worker gets its share of the cores, for torch's threads in the worker and
+    # (through OMP_NUM_THREADS, which kernels read at their start) in the chapter kernels it
+    # starts (tests/test_chapters.py). With two workers on two cores, unit tests on two
+    # threads each beside a one-thread kernel oversubscribed the cores (the unit tests alone,
+    # two workers: 55 s on two threads each, 42 s on one).
     import torch
 
     _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
     torch.set_num_threads(min(torch.get_num_threads(), _share))
 
 
