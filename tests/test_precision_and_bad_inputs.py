@@ -27,25 +27,42 @@ from candidate_sampling.sampling.frequency import (
     log_expected_count,
     mixed_log_q,
 )
+from candidate_sampling.eval import count_above, retrieval_metrics
 from candidate_sampling.losses import (
     InfoNCELoss,
     NTXentLoss,
     RetrievalLoss,
+    SampledSoftmaxLoss,
+    accidental_hits,
+    chunked_softmax_cross_entropy,
+    correct_logits,
+    corrected_logq_weights,
+    debiased_cross_entropy,
+    decoupled_cross_entropy,
+    guide_false_negative_mask,
+    hard_negative_mining,
+    hard_negative_softmax_loss,
+    hardness_weighted_logits,
     in_batch_softmax_loss,
     info_nce_loss,
+    logistic_terms,
+    mask_logits,
     nce_from_scores,
     nce_loss,
     negative_sampling_loss,
     nt_bxent_loss,
     nt_xent_loss,
     positive_column_cross_entropy,
+    reduce_loss,
     sampled_logistic_loss,
     sampled_softmax_from_scores,
     sampled_softmax_loss,
+    sigmoid_pair_terms,
     soft_nearest_neighbor_loss,
     softmax_cross_entropy,
     supcon_loss,
 )
+from candidate_sampling.scale.memory import CrossBatchMemory
 from candidate_sampling.sampling.samplers import (
     UniformSampler,
     UnigramSampler,
@@ -683,3 +700,259 @@ def test_precision_grid(loss_name, tau, dtype, kind):
         f"|loss - loss64| = {error:.3g} > {K_ERR} u M = {K_ERR * U32 * magnitude:.3g} "
         f"(loss64 = {ref:.6g}, M = {magnitude:.3g})"
     )
+
+
+# =========================================================================== checks at the entries
+#
+# One test per class of defect: a length, shape or range the public entry did not check
+# (a wrong answer, a wrapped index or torch's error naming nothing), a value check that
+# ignored ``validate_args(False)``, a type error that did not name the argument.
+
+Q4 = torch.randn(4, 3, generator=gen(7))
+TABLE = torch.randn(10, 3, generator=gen(8))
+PID = torch.tensor([0, 1, 2, 3])
+
+
+def test_class_bias_length_must_be_the_number_of_classes():
+    ids = torch.tensor([0, 9])
+    for bias in (torch.zeros(5), torch.zeros(50)):  # too short (index error), too long (silent)
+        with pytest.raises(ValueError, match=r"\|V\| must agree.*class_bias=" + str(len(bias))):
+            CandidateSet.from_ids(ids, TABLE, class_bias=bias)
+    with pytest.raises(ValueError, match="class_bias=3"):
+        CandidateSet.positives_of(PID, TABLE, class_bias=torch.zeros(3))
+    sampler = UniformSampler(10)
+    draw = sampler.sample(3, generator=gen(0))
+    with pytest.raises(ValueError, match="class_bias=50"):
+        CandidateSet.from_draw(draw, TABLE, class_bias=torch.zeros(50))
+    loss = SampledSoftmaxLoss(sampler, 3)
+    with pytest.raises(ValueError, match="class_bias=3"):
+        loss(Q4, TABLE, PID, class_bias=torch.zeros(3), generator=gen(0))
+    # an item encoder has no |V|: every id must index class_bias
+    encoder = torch.nn.Embedding(10, 3)
+    with pytest.raises(ValueError, match=r"ids \(indices into class_bias of length 5\) must lie"):
+        CandidateSet.from_ids(ids, encoder, class_bias=torch.zeros(5))
+    assert CandidateSet.from_ids(ids, encoder, class_bias=torch.arange(10.0)).bias.tolist() == [
+        0.0,
+        9.0,
+    ]
+    with candidate_sampling.validate_args(False):  # the encoder's id range is a value check
+        not_a_value_error(lambda: CandidateSet.from_ids(ids, encoder, class_bias=torch.zeros(5)))
+
+
+def test_with_mask_checks_the_rows_as_the_constructor_does():
+    per_row = CandidateSet(TABLE[:2], torch.tensor([0, 1]), log_q=torch.zeros(3, 2))
+    with pytest.raises(ValueError, match=r"mask must have B = 3 rows.*\(4, 2\)"):
+        per_row.with_mask(torch.ones(4, 2, dtype=torch.bool))
+    masked = CandidateSet(TABLE[:2], torch.tensor([0, 1]), mask=torch.ones(3, 2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="mask must have B = 3 rows"):
+        masked.with_mask(torch.ones(2, 2, dtype=torch.bool))
+    # shared masks and matching rows still combine
+    assert per_row.with_mask(torch.tensor([True, False])).mask.tolist() == [True, False]
+    assert per_row.with_mask(torch.ones(3, 2, dtype=torch.bool)).mask.shape == (3, 2)
+
+
+def test_per_row_rows_of_the_positives_are_named_positives():
+    positives = CandidateSet(TABLE[:4], PID, log_q=torch.zeros(3, 4))
+    with pytest.raises(ValueError, match=r"^positives' per-row log_q / mask must have B = 4"):
+        in_batch_softmax_loss(Q4, positives)
+    candidates = CandidateSet(TABLE[4:6], torch.tensor([4, 5]), log_q=torch.zeros(3, 2))
+    with pytest.raises(ValueError, match=r"^candidates' per-row log_q / mask must have B = 4"):
+        in_batch_softmax_loss(Q4, CandidateSet(TABLE[:4], PID), candidates)
+
+
+def test_corrected_positive_in_denominator_takes_per_row_positive_log_q():
+    log_q = torch.randn(4, generator=gen(9))
+    shared = CandidateSet(TABLE[:4], PID, log_q=log_q)
+    per_row = CandidateSet(TABLE[:4], PID, log_q=log_q[None, :].expand(4, 4).clone())
+    a = hard_negative_softmax_loss(Q4, shared, positive_in_denominator="corrected")
+    b = hard_negative_softmax_loss(Q4, per_row, positive_in_denominator="corrected")
+    torch.testing.assert_close(a, b)
+    # each row's own positive column is corrected by its diagonal entry log_q[i, i]
+    other = per_row.log_q.clone()
+    other[0, 1] += 3.0  # row 0's view of row 1's positive: a negative of row 0
+    c = hard_negative_softmax_loss(
+        Q4, CandidateSet(TABLE[:4], PID, log_q=other), positive_in_denominator="corrected"
+    )
+    assert not torch.allclose(a, c)
+
+
+def test_sigmoid_pair_terms_checks_its_columns_and_removed():
+    logits = torch.randn(4, 4, generator=gen(10))
+    for bad in ([0, 1, 2, -1], [0, 1, 2, 9]):  # -1 used to wrap to the last column
+        with pytest.raises(ValueError, match=r"positive_columns must lie in \[0, 4\)"):
+            sigmoid_pair_terms(logits, PID, PID, positive_columns=torch.tensor(bad))
+    with pytest.raises(ValueError, match=r"removed must broadcast to logits' shape \(4, 4\)"):
+        sigmoid_pair_terms(
+            logits, PID, PID, positive_columns=None, removed=torch.zeros(4, 3, dtype=torch.bool)
+        )
+    with pytest.raises(ValueError, match="removed must be a bool"):
+        sigmoid_pair_terms(logits, PID, PID, positive_columns=None, removed=torch.zeros(4, 4))
+    with pytest.raises(ValueError, match="number of columns C must agree"):
+        sigmoid_pair_terms(logits, PID, PID[:3], positive_columns=None)
+    with candidate_sampling.validate_args(False):
+        columns = torch.tensor([0, 1, 2, 9])
+        not_a_value_error(
+            lambda: sigmoid_pair_terms(logits, PID, PID, positive_columns=columns)
+        )
+
+
+def test_accidental_hits_range_checks_positive_columns():
+    with pytest.raises(ValueError, match=r"positive_columns must lie in \[0, 3\).*\[-1, 0\]"):
+        accidental_hits(
+            torch.tensor([5, 5]), torch.tensor([5, 5, 5]), positive_columns=torch.tensor([0, -1])
+        )
+    with pytest.raises(ValueError, match=r"positive_columns must lie in \[0, 4\)"):
+        accidental_hits(PID, PID, positive_columns=torch.tensor([0, 1, 2, 7]))
+    with candidate_sampling.validate_args(False):
+        not_a_value_error(
+            lambda: accidental_hits(PID, PID, positive_columns=torch.tensor([0, 1, 2, 7]))
+        )
+
+
+def test_pipeline_steps_never_broadcast_the_logits_up():
+    narrow = torch.zeros(4, 1)
+    with pytest.raises(ValueError, match=r"removed must broadcast to logits' shape \(4, 1\)"):
+        mask_logits(narrow, torch.zeros(4, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"log_q must broadcast to logits' shape \(4, 1\)"):
+        correct_logits(narrow, torch.zeros(4, 3))
+    with pytest.raises(ValueError, match=r"labels must broadcast to logits' shape \(4, 1\)"):
+        logistic_terms(narrow, torch.zeros(4, 3))
+    with pytest.raises(ValueError, match=r"removed must broadcast to logits' shape \(4, 1\)"):
+        logistic_terms(narrow, 0.0, removed=torch.zeros(4, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="removed must be a bool"):
+        logistic_terms(narrow, 0.0, removed=torch.zeros(4, 1))
+    with pytest.raises(ValueError, match="labels must be a number or a tensor"):
+        logistic_terms(narrow, "1")
+    # broadcasting *to* the logits is still the documented use
+    wide = torch.zeros(4, 3)
+    assert mask_logits(wide, torch.tensor([True, False, False])).shape == (4, 3)
+    assert correct_logits(wide, torch.zeros(3)).shape == (4, 3)
+    assert logistic_terms(wide, torch.ones(4, 1)).shape == (4, 3)
+
+
+def test_reduce_loss_checks_valid_and_per_row():
+    with pytest.raises(ValueError, match=r"valid must have shape \(4\), got \(3,\)"):
+        reduce_loss(torch.zeros(4), valid=torch.ones(3, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"valid must have shape \(4\), got \(4, 4\)"):
+        reduce_loss(torch.ones(4), valid=torch.ones(4, 4, dtype=torch.bool))  # was 1.0
+    with pytest.raises(ValueError, match="valid must be a bool tensor"):
+        reduce_loss(torch.zeros(4), valid=torch.ones(4))
+    with pytest.raises(ValueError, match=r"per_row must have shape \(B\), got \(4, 4\)"):
+        reduce_loss(torch.ones(4, 4), reduction="none")
+
+
+def test_chunked_softmax_rejects_negative_sample_weight_as_every_loss():
+    weight = torch.tensor([1.0, -1.0, 1.0, 1.0])
+    with pytest.raises(ValueError, match="sample_weight must be finite and >= 0"):
+        chunked_softmax_cross_entropy(Q4, TABLE, PID, sample_weight=weight)
+    with candidate_sampling.validate_args(False):
+        assert torch.isfinite(chunked_softmax_cross_entropy(Q4, TABLE, PID, sample_weight=weight))
+
+
+def test_value_checks_of_hard_negative_steps_and_nt_bxent_obey_the_switch():
+    logits = torch.randn(4, 6, generator=gen(11))
+    bad = torch.tensor([0, 0, 0, 9])
+    calls = [
+        lambda: hard_negative_mining(logits, num_hard_negatives=2, positive_columns=bad),
+        lambda: decoupled_cross_entropy(logits, bad),
+        lambda: guide_false_negative_mask(logits, positive_columns=bad),
+        lambda: hardness_weighted_logits(logits, logits, hardness_alpha=1.0, positive_columns=bad),
+        lambda: debiased_cross_entropy(logits, bad, tau_plus=0.1),
+        lambda: corrected_logq_weights(logits, bad, positive_log_q=None),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=r"positive_columns must lie in \[0, 6\)"):
+            call()
+        with candidate_sampling.validate_args(False):
+            not_a_value_error(call)
+    self_pair = torch.tensor([[1, 1]])
+    with pytest.raises(ValueError, match="must not contain self-pairs"):
+        nt_bxent_loss(Q4, self_pair)
+    with candidate_sampling.validate_args(False):
+        not_a_value_error(lambda: nt_bxent_loss(Q4, self_pair))
+
+
+def test_retrieval_loss_errors_name_the_argument():
+    loss = RetrievalLoss(item_probabilities=torch.full((10,), 0.1))
+    with pytest.raises(ValueError, match=r"positive_ids must lie in \[0, 10\)"):
+        loss(Q4, TABLE[:4], torch.tensor([0, 1, 2, 10]))  # was an IndexError
+    with pytest.raises(ValueError, match=r"positive_ids must lie in \[0, 10\)"):
+        loss(Q4, TABLE[:4], torch.tensor([0, 1, 2, -1]))
+    with pytest.raises(ValueError, match="positive_ids must be >= 0"):
+        RetrievalLoss()(Q4, TABLE[:4], torch.tensor([0, 1, 2, -1]))
+    with pytest.raises(ValueError, match="batch size B must agree.*positive_embeddings=3"):
+        RetrievalLoss()(Q4, TABLE[:3], PID)
+    with pytest.raises(ValueError, match=r"query must have shape \(B, d\)"):
+        RetrievalLoss()(Q4[0], TABLE[:4], PID)
+    zero = RetrievalLoss(item_probabilities=torch.tensor([0.0] + [1 / 9] * 9))
+    with pytest.raises(ValueError, match="item_probabilities must be > 0.*positive_ids.*id 0"):
+        zero(Q4, TABLE[:4], PID)
+
+
+def test_count_above_takes_one_positive_score_per_row():
+    with pytest.raises(ValueError, match=r"positive_scores must have shape \(n\), got \(3, 4\)"):
+        count_above(torch.zeros(3, 4), torch.zeros(3, 4))
+    with pytest.raises(ValueError, match="number of rows n must agree.*positive_scores=2"):
+        count_above(torch.zeros(3, 4), torch.zeros(2))
+    with pytest.raises(ValueError, match=r"scores must have shape \(n, m\)"):
+        count_above(torch.zeros(4), torch.zeros(4))
+    assert count_above(torch.tensor([[0.0, 2.0, 1.0]]), torch.tensor([1.0])).tolist() == [1]
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: in_batch_softmax_loss(Q4, CandidateSet(TABLE[:4], PID), temperature="0.1"),
+         "temperature must be a number, got str"),
+        (lambda: in_batch_softmax_loss(Q4, CandidateSet(TABLE[:4], PID), temperature="a"),
+         "temperature must be a number, got str"),
+        (lambda: info_nce_loss(Q4, Q4, temperature=True), "temperature must be a float"),
+        (lambda: chunked_softmax_cross_entropy(Q4, TABLE, PID, temperature="0.1"),
+         "temperature must be a number, got str"),
+        (lambda: hard_negative_softmax_loss(Q4, CandidateSet(TABLE[:4], PID), tau_plus="0.1"),
+         "tau_plus must be a number, got str"),
+        (lambda: hard_negative_softmax_loss(Q4, CandidateSet(TABLE[:4], PID), min_logit="a"),
+         "min_logit must be a number, got str"),
+        (lambda: hard_negative_softmax_loss(Q4, CandidateSet(TABLE[:4], PID), beta="1"),
+         "beta must be a number, got str"),
+        (lambda: retrieval_metrics(torch.randn(5, 3), TABLE, PID, PID, ks=10),
+         "ks must be a sequence of ints"),
+        (lambda: retrieval_metrics(torch.randn(5, 3), TABLE, PID, PID, ks="10"),
+         "ks must be a sequence of ints"),
+    ],
+)
+def test_options_of_the_wrong_type_name_the_argument(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_cross_batch_memory_names_positive_ids():
+    memory = CrossBatchMemory(4, 3)
+    memory.enqueue(torch.randn(2, 3, generator=gen(12)), torch.tensor([4, 5]))
+    with pytest.raises(ValueError, match="positive_ids must be >= 0, got -1"):
+        memory.candidates_for(torch.randn(2, 3, generator=gen(13)), torch.tensor([0, -1]))
+
+
+def test_chunked_softmax_minus_inf_bias_is_a_class_of_probability_zero():
+    """As ``F.cross_entropy`` and the CandidateSet losses: −inf bias → probability 0."""
+    bias = torch.zeros(10)
+    bias[5] = float("-inf")  # a negative of every row
+    reference = torch.nn.functional.cross_entropy(Q4 @ TABLE.T + bias, PID)
+    for method in ("vocab", "rows"):
+        loss = chunked_softmax_cross_entropy(Q4, TABLE, PID, class_bias=bias, method=method)
+        torch.testing.assert_close(loss, reference)
+    # the same column through the sampled softmax: dropped like a removed column
+    positives = CandidateSet.from_ids(PID, TABLE, class_bias=bias)
+    with_column = sampled_softmax_loss(
+        Q4, positives, CandidateSet.from_ids(torch.tensor([5, 6]), TABLE, class_bias=bias)
+    )
+    without = sampled_softmax_loss(
+        Q4, positives, CandidateSet.from_ids(torch.tensor([6]), TABLE, class_bias=bias)
+    )
+    torch.testing.assert_close(with_column, without)
+    bias[0] = float("-inf")  # row 0's positive: its loss is +inf, never hidden
+    per_row = chunked_softmax_cross_entropy(Q4, TABLE, PID, class_bias=bias, reduction="none")
+    assert math.isinf(float(per_row[0])) and bool(torch.isfinite(per_row[1:]).all())
+    bias[0] = float("nan")
+    per_row = chunked_softmax_cross_entropy(Q4, TABLE, PID, class_bias=bias, reduction="none")
+    assert bool(torch.isnan(per_row).all())

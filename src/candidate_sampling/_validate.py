@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -54,16 +55,27 @@ def validate_args(value: bool) -> Iterator[None]:
         set_validate_args(previous)
 
 
+def check_real(name: str, value: float) -> float:
+    """``value`` must be a real number: an int or a float (numpy's too), not a bool, a str
+    or a tensor. Type only; the range checks build on it."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    return value
+
+
 def check_positive(name: str, value: float) -> float:
-    """``value`` must be a finite number > 0 (temperatures, learning rates, powers)."""
+    """``value`` must be a finite number > 0 (temperatures, learning rates, powers), or a
+    one-element floating tensor (whose value is checked while validation is on)."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
             raise ValueError(f"{name} must be a scalar, got a tensor of shape {tuple(value.shape)}")
+        if value.dtype == torch.bool or value.is_complex():
+            raise ValueError(f"{name} must be a real number, got a tensor of dtype {value.dtype}")
         if not _VALIDATE:
             return value
         checked = float(value.detach())
     else:
-        checked = float(value)
+        checked = float(check_real(name, value))
     if not math.isfinite(checked) or checked <= 0:
         raise ValueError(f"{name} must be > 0 and finite, got {checked!r}")
     return value
@@ -71,8 +83,7 @@ def check_positive(name: str, value: float) -> float:
 
 def check_nonnegative(name: str, value: float) -> float:
     """``value`` must be a finite number >= 0 (weights, margins, tilts)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number, got {value!r}")
+    check_real(name, value)
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be >= 0 and finite, got {value!r}")
     return value
@@ -135,6 +146,30 @@ def check_choice(name: str, value: str, choices: Sequence[str]) -> str:
     return value
 
 
+def check_broadcasts_to(
+    name: str, tensor: torch.Tensor, shape: Sequence[int], target: str = "logits"
+) -> torch.Tensor:
+    """``tensor`` must broadcast to ``shape`` (``target``'s shape) without enlarging it.
+
+    A pipeline step's mask, log Q or labels may be smaller than the logits ((C,) against
+    (B, C)), never larger: ``(B, 1)`` logits must not silently become ``(B, C)``. Shape
+    only (no values).
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    shape = torch.Size(shape)
+    try:
+        fits = torch.broadcast_shapes(tensor.shape, shape) == shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{name} must broadcast to {target}' shape {tuple(shape)}, "
+            f"got {tuple(tensor.shape)}"
+        )
+    return tensor
+
+
 def check_same(what: str, **sizes: int) -> None:
     """All ``sizes`` must be equal, e.g. ``check_same("batch size B", query=q.shape[0], ...)``."""
     values = set(sizes.values())
@@ -156,12 +191,17 @@ def check_parallel(what: str, *, allow_empty: bool = False, **ids: torch.Tensor)
     return next(iter(ids.values())).shape[0]
 
 
-def check_ids(name: str, ids: torch.Tensor, num_items: int) -> torch.Tensor:
-    """Integer ids must lie in ``[0, num_items)`` (the range is a value check)."""
+def check_ids(name: str, ids: torch.Tensor, num_items: int | None) -> torch.Tensor:
+    """Integer ids must lie in ``[0, num_items)``, or be ``>= 0`` when ``num_items`` is None
+    (no known catalogue size); the range is a value check. A negative id never wraps."""
     if not isinstance(ids, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor of ids, got {type(ids).__name__}")
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise ValueError(f"{name} must be an integer tensor of ids, got {ids.dtype}")
+    if num_items is None:
+        if _VALIDATE and ids.numel() and int(ids.min()) < 0:
+            raise ValueError(f"{name} must be >= 0, got {int(ids.min())}")
+        return ids
     if _VALIDATE and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_items):
         raise ValueError(
             f"{name} must lie in [0, {num_items}), got values in "

@@ -35,6 +35,7 @@ import torch
 from candidate_sampling._validate import (
     check_finite,
     check_ids,
+    check_same,
     check_tensor,
     get_validate_args,
 )
@@ -227,17 +228,32 @@ class CandidateSet:
 
         ``log_q``: (C,), (B, C), a float given to every column (e.g. 0 = an expected count
         of 1, a mined negative), or None; ``mask``: (C,) or (B, C) bool, True = valid;
-        ``class_bias``: (|V|,) per-class score bias, gathered at ``ids``. Half-precision
-        tables are gathered as in :func:`gather_rows` (float32 gradients of repeated ids).
+        ``class_bias``: (|V|,) per-class score bias, gathered at ``ids``: |V| is the
+        table's number of rows, and with an item encoder every id must be
+        < ``len(class_bias)``. Half-precision tables are gathered as in
+        :func:`gather_rows` (float32 gradients of repeated ids).
         """
         check_tensor("ids", ids, ("C",), floating=False, allow_empty=True)
+        if class_bias is not None:
+            check_tensor("class_bias", class_bias, ("|V|",), floating=True)
+            if isinstance(classes, torch.Tensor) and classes.dim() == 2:
+                check_same(
+                    "number of classes |V|",
+                    classes=classes.shape[0],
+                    class_bias=class_bias.shape[0],
+                )
+            else:  # an item encoder has no |V| of its own: class_bias sets it
+                check_ids(
+                    f"ids (indices into class_bias of length {class_bias.shape[0]})",
+                    ids,
+                    class_bias.shape[0],
+                )
         embeddings = gather_rows(classes, ids, sparse=sparse)
         ids = ids.to(embeddings.device)
         if isinstance(log_q, (int, float)) and not isinstance(log_q, bool):
             log_q = torch.full(ids.shape, float(log_q), device=embeddings.device)
         bias = None
         if class_bias is not None:
-            check_tensor("class_bias", class_bias, ("|V|",), floating=True)
             bias = class_bias[ids.to(class_bias.device).long()].to(embeddings.device)
         return cls(embeddings, ids, log_q, mask, bias)
 
@@ -446,6 +462,12 @@ class CandidateSet:
         _check_columns("mask", mask, self.num_candidates)
         if mask.dtype != torch.bool:
             raise ValueError(f"mask must be a bool tensor (True = valid), got {mask.dtype}")
+        rows = self.batch_size
+        if mask.dim() == 2 and rows is not None and mask.shape[0] != rows:
+            raise ValueError(
+                f"mask must have B = {rows} rows, the set's per-row log_q / mask, got "
+                f"{tuple(mask.shape)}"
+            )
         mask = mask.to(self.device)
         if self.mask is not None:
             mask = mask & self.mask

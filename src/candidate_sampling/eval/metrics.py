@@ -142,8 +142,12 @@ def count_above(scores: torch.Tensor, positive_scores: torch.Tensor) -> torch.Te
 
     Ties count in the positive's favour; a NaN score (of an item or of the positive) counts
     *against* it, so a diverged model never ranks a positive first. ``−inf`` (an excluded
-    item) never counts. ``positive_scores``: (n,). Chapters 5 and 9.
+    item) never counts. ``scores``: (n, m); ``positive_scores``: (n,), one per row (never
+    broadcast). Chapters 5 and 9.
     """
+    check_tensor("scores", scores, ("n", "m"), allow_empty=True)
+    check_tensor("positive_scores", positive_scores, ("n",), allow_empty=True)
+    check_same("number of rows n", scores=scores.shape[0], positive_scores=positive_scores.shape[0])
     at_most = (scores <= positive_scores[:, None]).sum(dim=1, dtype=torch.int32)
     return scores.shape[1] - at_most.long()  # an int32 sum: twice as fast as int64
 
@@ -243,6 +247,11 @@ def metrics_from_ranks(
 
 
 def _check_ks(ks: Sequence[int]) -> None:
+    """``ks``: a sequence of ints ``k >= 1`` (a bare int is not one)."""
+    if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence):
+        raise ValueError(
+            f"ks must be a sequence of ints, e.g. (10,), got {type(ks).__name__} {ks!r}"
+        )
     for k in ks:
         check_int_range("k", k, 1)
 

@@ -41,7 +41,7 @@ from candidate_sampling._validate import (
     common_float_dtype,
     get_validate_args,
 )
-from candidate_sampling.losses.core import Temperature, _Loss
+from candidate_sampling.losses.core import Temperature, _Loss, check_sample_weight
 
 __all__ = [
     "chunked_softmax_cross_entropy",
@@ -307,6 +307,7 @@ def _check_inputs(query, classes, positive_ids, class_bias, sample_weight, ignor
         check_same(
             "number of rows N", query=query.shape[0], sample_weight=sample_weight.shape[0]
         )
+        check_sample_weight(sample_weight, query.shape[0])  # finite and >= 0, as every loss
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise ValueError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
     for name, t in (
@@ -352,7 +353,8 @@ def chunked_softmax_cross_entropy(
 
     Shapes: ``query`` (N, d), ``classes`` (|V|, d), ``positive_ids`` (N,) integer ids in
     ``[0, |V|)`` or equal to ``ignore_index``; ``class_bias`` (|V|,) or None;
-    ``sample_weight`` (N,) or None. ``temperature``: a float > 0, a
+    ``sample_weight`` (N,), finite and ≥ 0 (a value check, as in every loss), or None.
+    ``temperature``: a float > 0, a
     :class:`~candidate_sampling.losses.core.Temperature` (fixed or learnable: a learnable
     one's ``log_scale`` gets its gradient) or a 0-dim / one-element tensor (gets its
     gradient if it requires one).
@@ -371,8 +373,14 @@ def chunked_softmax_cross_entropy(
     Precision: computed in ``common_float_dtype`` of the inputs (float32 for float16 /
     bfloat16 inputs, float64 for float64): every block's logits, the running max and sum
     of the log-sum-exp, and the gradient accumulators. The loss is returned in that
-    dtype; gradients in each input's own dtype. NaN or inf in an input gives NaN in the
-    loss (never hidden).
+    dtype; gradients in each input's own dtype. Non-finite inputs act through the logits
+    ``o_ij`` exactly as in ``F.cross_entropy`` on them (never hidden): a NaN or ``+inf``
+    logit (a NaN anywhere, ``+inf`` in ``class_bias``) gives NaN in its row's loss; a
+    ``−inf`` logit (a ``−inf`` ``class_bias`` entry) is a class of probability 0 — the
+    row's loss stays finite when it is a negative and is ``+inf`` when it is the row's
+    positive, as in the package's other softmax losses (a column with a ``−inf``
+    :class:`~candidate_sampling.CandidateSet` bias). An infinite ``query`` or ``classes``
+    entry makes logits ``±inf`` (or NaN where multiplied by 0), with those effects.
 
     ``method``: ``"vocab"`` (blocks of ``chunk_size`` classes; logits recomputed in the
     backward; memory of one (N, chunk_size) block), ``"rows"`` (blocks of ``chunk_size``

@@ -49,6 +49,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from candidate_sampling._validate import (
+    check_bool_mask,
+    check_broadcasts_to,
     check_choice,
     check_positive,
     check_reduction,
@@ -95,6 +97,21 @@ def mask_value(dtype: torch.dtype) -> float:
     return torch.finfo(dtype).min / 2
 
 
+def _check_step_logits(logits: torch.Tensor) -> None:
+    """A pipeline step's ``logits``: a floating-point tensor of any shape."""
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"logits must be a floating-point tensor, got {got}")
+
+
+def _check_removed(removed: torch.Tensor, logits: torch.Tensor) -> None:
+    """``removed``: a bool tensor that broadcasts to ``logits`` (True = remove)."""
+    if not isinstance(removed, torch.Tensor) or removed.dtype != torch.bool:
+        got = removed.dtype if isinstance(removed, torch.Tensor) else type(removed).__name__
+        raise ValueError(f"removed must be a bool tensor, got {got}")
+    check_broadcasts_to("removed", removed, logits.shape)
+
+
 def upcast(tensor: torch.Tensor) -> torch.Tensor:
     """float16 / bfloat16 → float32; any other tensor is returned unchanged."""
     return tensor.float() if tensor.dtype in _HALF else tensor
@@ -114,11 +131,15 @@ def _check_query(query: torch.Tensor, candidates: CandidateSet, name: str) -> No
         raise ValueError(
             f"{name} must be on the query's device {query.device}, got {candidates.device}"
         )
+    _check_rows(name, candidates, query.shape[0])
+
+
+def _check_rows(name: str, candidates: CandidateSet, batch: int) -> None:
+    """A per-row (B, C) log Q or mask of the set ``name`` must have the query's B rows."""
     rows = candidates.batch_size
-    if rows is not None and rows != query.shape[0]:
+    if rows is not None and rows != batch:
         raise ValueError(
-            f"{name}' per-row log_q / mask must have B = {query.shape[0]} rows (query), "
-            f"got {rows}"
+            f"{name}' per-row log_q / mask must have B = {batch} rows (query), got {rows}"
         )
 
 
@@ -272,14 +293,16 @@ def correct_logits(
     """Step 3: ``logits − log_q``, the logQ correction (``log_q`` broadcast, detached).
 
     ``logits``: (..., C), already divided by τ (:func:`apply_temperature`); ``log_q``:
-    broadcastable, e.g. (C,) shared by the batch or (B, C) per row — the log expected
-    count; None is no correction. ``inplace=True`` writes into ``logits`` (a tensor the
-    caller owns, as :func:`apply_temperature`'s).
+    broadcastable *to* ``logits`` (never enlarging it), e.g. (C,) shared by the batch or
+    (B, C) per row — the log expected count; None is no correction. ``inplace=True``
+    writes into ``logits`` (a tensor the caller owns, as :func:`apply_temperature`'s).
     """
     if log_q is None:
         return logits
+    _check_step_logits(logits)
+    check_broadcasts_to("log_q", log_q, logits.shape)
     log_q = log_q.detach().to(logits.dtype)
-    if inplace and torch.broadcast_shapes(logits.shape, log_q.shape) == logits.shape:
+    if inplace:
         return logits.sub_(log_q)
     return logits - log_q
 
@@ -326,22 +349,60 @@ def accidental_hits(
     (the other copies stay in the softmax as negatives equal to the positive).
     """
     check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
+    _check_hit_ids(positive_ids, candidate_ids)
+    if positive_columns is not None:
+        check_positive_columns(
+            positive_columns, positive_ids.shape[0], candidate_ids.shape[0], "candidate_ids"
+        )
+    return _accidental_hits(positive_ids, candidate_ids, positive_columns, repeated_hits)
+
+
+def _check_hit_ids(positive_ids: torch.Tensor, candidate_ids: torch.Tensor) -> None:
+    """``positive_ids`` (B,) or (B, T) and ``candidate_ids`` (C,), integer ids."""
     if not isinstance(positive_ids, torch.Tensor) or positive_ids.dim() not in (1, 2):
         shape = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
         raise ValueError(f"positive_ids must have shape (B,) or (B, T), got {shape}")
     if positive_ids.is_floating_point() or positive_ids.dtype == torch.bool:
         raise ValueError(f"positive_ids must be an integer tensor of ids, got {positive_ids.dtype}")
-    batch = positive_ids.shape[0]
     check_tensor("candidate_ids", candidate_ids, ("C",), floating=False, allow_empty=True)
     if candidate_ids.dtype == torch.bool:
         raise ValueError("candidate_ids must be an integer tensor of ids, got torch.bool")
+
+
+def check_positive_columns(
+    positive_columns: torch.Tensor, batch: int, num_cols: int, of: str = "logits"
+) -> None:
+    """``positive_columns``: (B,) integer, each in ``[0, C)`` (the range is a value check).
+
+    Column ``positive_columns[i]`` is row ``i``'s positive among the ``C = num_cols``
+    columns of ``of``; a negative column is never wrapped around.
+    """
+    check_tensor("positive_columns", positive_columns, (batch,), floating=False)
+    if positive_columns.dtype == torch.bool:
+        raise ValueError("positive_columns must be an integer tensor, got torch.bool")
+    if get_validate_args() and positive_columns.numel():
+        lo, hi = int(positive_columns.min()), int(positive_columns.max())
+        if lo < 0 or hi >= num_cols:
+            raise ValueError(
+                f"positive_columns must lie in [0, {num_cols}) ({of} has {num_cols} "
+                f"columns), got values in [{lo}, {hi}]"
+            )
+
+
+def _accidental_hits(
+    positive_ids: torch.Tensor,
+    candidate_ids: torch.Tensor,
+    positive_columns: torch.Tensor | None,
+    repeated_hits: str,
+) -> torch.Tensor:
+    """:func:`accidental_hits` on checked arguments (a loss's own ``arange(B)`` columns)."""
+    batch = positive_ids.shape[0]
     cand = candidate_ids.to(positive_ids.device)[None, :]
     pos = positive_ids if positive_ids.dim() == 2 else positive_ids[:, None]
     hits = (pos[:, :, None] == cand[:, None, :]).any(1) if pos.shape[1] > 1 else (pos == cand)
     if repeated_hits == "tensorflow":
         hits = hits & _last_copy(cand[0])[None, :]
     if positive_columns is not None:
-        check_tensor("positive_columns", positive_columns, (batch,), floating=False)
         rows = torch.arange(batch, device=hits.device)
         hits[rows, positive_columns.to(hits.device)] = False
     return hits
@@ -366,15 +427,14 @@ def mask_logits(
 ) -> torch.Tensor:
     """Step 4: ``logits`` with :func:`mask_value` where ``removed`` is True (finite, zero gradient).
 
-    ``removed``: bool broadcastable to ``logits`` (True = remove; a
+    ``removed``: bool broadcastable *to* ``logits`` (never enlarging it; True = remove; a
     :class:`~candidate_sampling.CandidateSet`'s ``mask`` is the opposite, True = valid,
     so pass ``~set.mask``), or None. ``inplace=True`` overwrites ``logits``.
     """
     if removed is None:
         return logits
-    if not isinstance(removed, torch.Tensor) or removed.dtype != torch.bool:
-        got = removed.dtype if isinstance(removed, torch.Tensor) else type(removed).__name__
-        raise ValueError(f"removed must be a bool tensor, got {got}")
+    _check_step_logits(logits)
+    _check_removed(removed, logits)
     removed = removed.to(logits.device)
     if inplace:
         return logits.masked_fill_(removed, mask_value(logits.dtype))
@@ -439,14 +499,21 @@ def logistic_terms(
 ) -> torch.Tensor:
     """Step 5, logistic: the binary cross-entropy ``softplus(o) − y·o`` of each logit.
 
-    ``labels`` y: a float or a tensor broadcastable to ``logits`` (1 for a positive, 0 for
-    a negative, ``1/T`` for each of ``T`` positives as TF's ``nce_loss``). For ``y = 1``
-    this is ``−log σ(o)``, for ``y = 0`` ``−log(1 − σ(o))``. ``removed`` (bool,
-    broadcastable): those terms are 0 with zero gradient; their logits are replaced by a
-    finite 0 *before* the softplus, so ±inf never enters. Returns the elementwise terms
-    (the caller sums a row). The one logistic term of NCE, negative sampling, sampled
-    logistic and the pairwise sigmoid loss. Chapters 3 and 7.
+    ``labels`` y: a float or a tensor broadcastable *to* ``logits`` (never enlarging it;
+    1 for a positive, 0 for a negative, ``1/T`` for each of ``T`` positives as TF's
+    ``nce_loss``). For ``y = 1`` this is ``−log σ(o)``, for ``y = 0`` ``−log(1 − σ(o))``.
+    ``removed`` (bool, broadcastable to ``logits``): those terms are 0 with zero gradient;
+    their logits are replaced by a finite 0 *before* the softplus, so ±inf never enters.
+    Returns the elementwise terms (the caller sums a row). The one logistic term of NCE,
+    negative sampling, sampled logistic and the pairwise sigmoid loss. Chapters 3 and 7.
     """
+    _check_step_logits(logits)
+    if isinstance(labels, torch.Tensor):
+        check_broadcasts_to("labels", labels, logits.shape)
+    elif isinstance(labels, bool) or not isinstance(labels, (int, float)):
+        raise ValueError(f"labels must be a number or a tensor, got {type(labels).__name__}")
+    if removed is not None:
+        _check_removed(removed, logits)
     work = upcast(logits)
     owned = inplace or work is not logits
     if removed is not None:
@@ -498,6 +565,9 @@ def reduce_loss(
     when there are none). A NaN in ``per_row`` of a valid row propagates.
     """
     check_reduction(reduction)
+    check_tensor("per_row", per_row, ("B",), floating=True, allow_empty=True)
+    if valid is not None:
+        check_bool_mask("valid", valid, (per_row.shape[0],))
     sample_weight = check_sample_weight(sample_weight, per_row.shape[0])
     if sample_weight is not None:
         per_row = per_row * sample_weight.to(per_row.device, per_row.dtype)

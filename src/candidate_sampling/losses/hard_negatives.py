@@ -71,6 +71,7 @@ from candidate_sampling._validate import (
     check_int_range,
     check_nonnegative,
     check_positive,
+    check_real,
     check_reduction,
     check_tensor,
 )
@@ -81,6 +82,7 @@ from candidate_sampling.losses.core import (
     _invalid_columns,
     _Loss,
     _union_masks,
+    check_positive_columns,
     check_temperature,
     mask_logits,
     mask_value,
@@ -144,15 +146,8 @@ def _as_columns(positive_columns: int | torch.Tensor, logits: torch.Tensor) -> t
                 f"columns), got {positive_columns}"
             )
         return torch.full((batch,), positive_columns, dtype=torch.long, device=logits.device)
-    check_tensor("positive_columns", positive_columns, (batch,), floating=False)
-    if positive_columns.dtype == torch.bool:
-        raise ValueError("positive_columns must be an integer tensor, got torch.bool")
-    cols = positive_columns.to(logits.device).long()
-    if cols.numel() and (int(cols.min()) < 0 or int(cols.max()) >= num_cols):
-        raise ValueError(
-            f"positive_columns must lie in [0, {num_cols}) (logits has {num_cols} columns)"
-        )
-    return cols
+    check_positive_columns(positive_columns, batch, num_cols)  # the range obeys the switch
+    return positive_columns.to(logits.device).long()
 
 
 def _positive_mask(cols: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -338,10 +333,10 @@ def corrected_logq_weights(
 
 def _check_debiased(tau_plus: float, beta: float, min_logit: float | None) -> None:
     """The options of :func:`debiased_cross_entropy`, each error naming its argument."""
-    if not (math.isfinite(tau_plus) and 0 <= tau_plus < 1):
+    if not (math.isfinite(check_real("tau_plus", tau_plus)) and 0 <= tau_plus < 1):
         raise ValueError(f"tau_plus must lie in [0, 1), got {tau_plus!r}")
     check_nonnegative("beta", beta)
-    if min_logit is not None and not math.isfinite(min_logit):
+    if min_logit is not None and not math.isfinite(check_real("min_logit", min_logit)):
         raise ValueError(f"min_logit must be finite, got {min_logit!r}")
 
 
@@ -543,7 +538,8 @@ def hard_negative_softmax_loss(
          debiased / hard-sample loss (:func:`debiased_cross_entropy`, ``min_logit``);
        * ``"remove"``: DCL (:func:`decoupled_cross_entropy`), DCLW with ``dclw_sigma``;
        * ``"corrected"``: Khrylchenko et al., ``stopgrad(1 − p̂_i) ·`` DCL
-         (:func:`corrected_logq_weights`, with the positives' log Q);
+         (:func:`corrected_logq_weights`, with the log Q subtracted from each row's own
+         positive: ``positives.log_q[i]``, or ``positives.log_q[i, i]`` when per row);
 
     6. the reduction over rows, weighted by ``sample_weight`` (rows left without a
        negative are dropped from the mean in the decoupled modes). Every option is checked
@@ -600,8 +596,12 @@ def hard_negative_softmax_loss(
         weight = dclw_positive_weights(score_positives(query, positives)[:, 0], sigma=dclw_sigma)
     per_row = decoupled_cross_entropy(logits, columns, positive_weight=weight)
     if positive_in_denominator == "corrected":
+        positive_log_q = positives.log_q
+        if positive_log_q is not None and positive_log_q.dim() == 2:
+            # per-row (B, B): row i's own positive column i was corrected by log_q[i, i]
+            positive_log_q = positive_log_q.diagonal()
         per_row = per_row * corrected_logq_weights(
-            logits, columns, positive_log_q=positives.log_q
+            logits, columns, positive_log_q=positive_log_q
         )
     return reduce_loss(per_row, reduction, valid=valid, sample_weight=sample_weight)
 

@@ -34,20 +34,24 @@ import torch
 from candidate_sampling._validate import (
     check_bool_mask,
     check_choice,
+    check_ids,
     check_int_range,
     check_probabilities,
+    check_same,
     check_tensor,
+    get_validate_args,
 )
 from candidate_sampling.candidates import CandidateSet, _check_candidate_set
 from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator, inclusion_probability
 from candidate_sampling.losses.core import (
     REPEATED_HITS,
     Temperature,
+    _accidental_hits,
+    _check_rows,
     _corrected_logits,
     _invalid_columns,
     _Loss,
     _union_masks,
-    accidental_hits,
     check_temperature,
     mask_logits,
     positive_column_cross_entropy,
@@ -72,6 +76,9 @@ def _check_in_batch(
             f"positives must have B = {batch} columns (one per row of query), "
             f"got {positives.num_candidates}"
         )
+    _check_rows("positives", positives, batch)
+    if candidates is not None:
+        _check_rows("candidates", candidates, batch)
 
 
 def in_batch_columns(
@@ -127,9 +134,7 @@ def in_batch_logits(
     own = torch.arange(batch, device=logits.device)
     hits = None
     if remove_accidental_hits:
-        hits = accidental_hits(
-            positives.ids, columns.ids, positive_columns=own, repeated_hits=repeated_hits
-        )
+        hits = _accidental_hits(positives.ids, columns.ids, own, repeated_hits)
     mask = _union_masks(hits, removed_columns(columns, batch, removed))
     return mask_logits(logits, mask, inplace=True)
 
@@ -190,7 +195,8 @@ class RetrievalLoss(_Loss):
 
     ``forward(query (B, d), positive_embeddings (B, d), positive_ids (B,), *,
     item_encoder=None, sample_weight=None, generator=None)`` → the loss of
-    :func:`in_batch_softmax_loss` with the CandidateSets it builds.
+    :func:`in_batch_softmax_loss` with the CandidateSets it builds; ``positive_ids`` are
+    ``>= 0``, and ``< |V|`` with ``item_probabilities`` (value checks).
     """
 
     _options = (
@@ -267,8 +273,18 @@ class RetrievalLoss(_Loss):
         sample_weight: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
+        check_tensor("query", query, ("B", "d"), floating=True)
+        check_tensor("positive_embeddings", positive_embeddings, ("B", "d"), floating=True)
+        check_tensor("positive_ids", positive_ids, ("B",), floating=False)
         batch = query.shape[0]
-        check_tensor("positive_ids", positive_ids, (batch,), floating=False)
+        check_same(
+            "batch size B",
+            query=batch,
+            positive_embeddings=positive_embeddings.shape[0],
+            positive_ids=positive_ids.shape[0],
+        )
+        num_items = None if self.item_probabilities is None else self.item_probabilities.shape[0]
+        check_ids("positive_ids", positive_ids, num_items)
         if self.frequency_estimator is not None:
             self.frequency_estimator.update(positive_ids)
         positives = CandidateSet(positive_embeddings, positive_ids)
@@ -290,6 +306,13 @@ class RetrievalLoss(_Loss):
                     else self.num_samples * r
                 )
                 counts = counts + extra_counts.to(counts.device)
+            if get_validate_args() and bool((counts[:batch] == 0).any()):
+                bad = int(positive_ids[(counts[:batch] == 0).to(positive_ids.device)][0])
+                raise ValueError(
+                    f"item_probabilities must be > 0 for every id of positive_ids, got 0 "
+                    f"for id {bad} (log Q would be -inf: an item the training positives "
+                    "never hold)"
+                )
             log_q = torch.log(counts).float().to(query.device)
             positives = CandidateSet(positive_embeddings, positive_ids, log_q[:batch])
             if extras is not None:

@@ -38,13 +38,16 @@ import math
 import torch
 from torch import nn
 
-from candidate_sampling._validate import check_finite, check_reduction
+from candidate_sampling._validate import check_finite, check_reduction, check_same, check_tensor
 from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.losses.core import (
     Temperature,
+    _accidental_hits,
+    _check_hit_ids,
+    _check_removed,
     _corrected_logits,
     _union_masks,
-    accidental_hits,
+    check_positive_columns,
     check_temperature,
     logistic_terms,
     reduce_loss,
@@ -112,11 +115,36 @@ def sigmoid_pair_terms(
     ``Σ_j w_ij softplus(z_ij) − z_{i,c_i}``: label 1 on row ``i``'s positive column
     ``positive_columns[i]`` (None: the block holds no positive of these rows, e.g. another
     device's block in the ring), 0 elsewhere; ``w_ij = 0`` on accidental hits (other
-    columns with the row's positive id) and on ``removed`` (B, C) bool columns.
+    columns with the row's positive id) and on ``removed`` (B, C) bool columns (or a
+    shape that broadcasts to (B, C)). ``positive_ids``: (B,) or (B, T); ``candidate_ids``:
+    (C,); ``positive_columns``: (B,) in ``[0, C)`` (a value check).
     """
+    check_tensor("logits", logits, ("B", "C"), floating=True, allow_empty=True)
+    _check_hit_ids(positive_ids, candidate_ids)
+    batch, num_cols = logits.shape
+    check_same("batch size B", logits=batch, positive_ids=positive_ids.shape[0])
+    check_same("number of columns C", logits=num_cols, candidate_ids=candidate_ids.shape[0])
+    if positive_columns is not None:
+        check_positive_columns(positive_columns, batch, num_cols)
+    if removed is not None:
+        _check_removed(removed, logits)
+    return _sigmoid_pair_terms(
+        logits, positive_ids, candidate_ids, positive_columns, remove_accidental_hits, removed
+    )
+
+
+def _sigmoid_pair_terms(
+    logits: torch.Tensor,
+    positive_ids: torch.Tensor,
+    candidate_ids: torch.Tensor,
+    positive_columns: torch.Tensor | None,
+    remove_accidental_hits: bool,
+    removed: torch.Tensor | None,
+) -> torch.Tensor:
+    """:func:`sigmoid_pair_terms` on checked arguments (a loss's own ``arange(B)`` columns)."""
     hits = None
     if remove_accidental_hits:
-        hits = accidental_hits(positive_ids, candidate_ids, positive_columns=positive_columns)
+        hits = _accidental_hits(positive_ids, candidate_ids, positive_columns, "mask_all")
     per_row = logistic_terms(logits, 0.0, removed=_union_masks(hits, removed)).sum(1)
     if positive_columns is not None:
         rows = torch.arange(logits.shape[0], device=logits.device)
@@ -152,13 +180,13 @@ def sigmoid_pairwise_loss(
     batch = query.shape[0]
     logits = sigmoid_pairwise_logits(query, columns, temperature=temperature, bias=bias)
     removed = removed_columns(columns, batch)
-    per_row = sigmoid_pair_terms(
+    per_row = _sigmoid_pair_terms(
         logits,
         positives.ids,
         columns.ids,
-        positive_columns=torch.arange(batch, device=logits.device),
-        remove_accidental_hits=remove_accidental_hits,
-        removed=removed,
+        torch.arange(batch, device=logits.device),
+        remove_accidental_hits,
+        removed,
     )
     return reduce_loss(per_row, reduction, sample_weight=sample_weight)
 

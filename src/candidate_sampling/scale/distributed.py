@@ -60,7 +60,7 @@ from candidate_sampling.candidates import CandidateSet, _check_candidate_set
 from candidate_sampling.losses.core import Temperature, reduce_loss
 from candidate_sampling.losses.retrieval import in_batch_softmax_loss
 from candidate_sampling.losses.sigmoid import (
-    sigmoid_pair_terms,
+    _sigmoid_pair_terms,
     sigmoid_pairwise_logits,
     sigmoid_pairwise_loss,
 )
@@ -412,13 +412,13 @@ def ring_sigmoid_loss(
             removed = (~chunk.mask.to(logits.device)).expand(batch, -1).clone()
             if step == 0:
                 removed[own, own] = False  # the row's own positive stays
-        terms = sigmoid_pair_terms(
+        terms = _sigmoid_pair_terms(  # checked arguments: no range check per step
             logits,
             positives.ids,
             chunk.ids,
-            positive_columns=own if step == 0 else None,
-            remove_accidental_hits=remove_accidental_hits,
-            removed=removed,
+            own if step == 0 else None,
+            remove_accidental_hits,
+            removed,
         )
         per_row = terms if per_row is None else per_row + terms
     return reduce_loss(per_row, reduction, sample_weight=sample_weight)

@@ -35,6 +35,7 @@ from torch import nn
 
 from candidate_sampling._validate import (
     check_finite,
+    check_ids,
     check_int_range,
     check_same,
     check_tensor,
@@ -168,7 +169,9 @@ class CrossBatchMemory:
         queued_ids = self.ids.to(positives.device)
         positive_ids = positive_ids.to(positives.device)
         batch_log = queue_log = None
-        if item_probabilities is not None:  # one call: the checks run once
+        if item_probabilities is None:  # batch_log_q checks the ids otherwise
+            check_ids("positive_ids", positive_ids, None)
+        else:  # one call: the checks run once
             batch = positives.shape[0]
             log_q = batch_log_q(
                 torch.cat([positive_ids, queued_ids]),

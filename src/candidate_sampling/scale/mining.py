@@ -75,6 +75,8 @@ from candidate_sampling._validate import (
     check_choice,
     check_finite,
     check_int_range,
+    check_nonnegative,
+    check_real,
     check_same,
     check_tensor,
     get_validate_args,
@@ -679,11 +681,11 @@ class HardNegativeMiner:
 def _check_rules(
     max_score: float | None, relative_margin: float | None, absolute_margin: float | None
 ) -> None:
-    if relative_margin is not None and not 0 <= relative_margin < 1:
+    if relative_margin is not None and not 0 <= check_real("relative_margin", relative_margin) < 1:
         raise ValueError(f"relative_margin must lie in [0, 1), got {relative_margin!r}")
-    if absolute_margin is not None and (not math.isfinite(absolute_margin) or absolute_margin < 0):
-        raise ValueError(f"absolute_margin must be >= 0 and finite, got {absolute_margin!r}")
-    if max_score is not None and not math.isfinite(max_score):
+    if absolute_margin is not None:
+        check_nonnegative("absolute_margin", absolute_margin)
+    if max_score is not None and not math.isfinite(check_real("max_score", max_score)):
         raise ValueError(f"max_score must be finite, got {max_score!r}")
 
 
