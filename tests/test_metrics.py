@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from candidate_sampling.eval import KnownPairs
 from candidate_sampling.eval.metrics import (
+    user_bootstrap_interval,
     sample_unseen_negatives,
     metrics_from_ranks,
     popularity_strata,
@@ -417,3 +418,69 @@ def test_half_precision_embeddings_are_scored_in_float32():
     assert top_k_items(ue, ie, 1).tolist() == [[1]]
     sampled = sampled_ranks(ue, ie, users, positives, num_negatives=1)
     assert sampled.tolist() == [1]
+
+
+# --- user_bootstrap_interval: the book's interval for a comparison -------------------
+
+
+def test_user_bootstrap_matches_a_loop_over_resampled_users():
+    """Brute force: draw the users, collect their pairs, average; same draws, float64."""
+    gen = torch.Generator().manual_seed(3)
+    values = torch.rand(60, generator=gen, dtype=torch.float64)
+    users = torch.randint(7, (60,), generator=gen)
+    mean, low, high = user_bootstrap_interval(
+        values, users, num_users=8, num_resamples=300,
+        generator=torch.Generator().manual_seed(11))
+    draws = torch.randint(8, (300, 8), generator=torch.Generator().manual_seed(11))
+    estimates = []
+    for row in draws:
+        picked = torch.cat([values[users == u] for u in row.tolist()])
+        estimates.append(float(picked.mean()))
+    lo, hi = torch.quantile(torch.tensor(estimates, dtype=torch.float64),
+                            torch.tensor([0.025, 0.975], dtype=torch.float64))
+    assert mean == pytest.approx(float(values.mean()), abs=1e-12)
+    assert low == pytest.approx(float(lo), abs=1e-12)
+    assert high == pytest.approx(float(hi), abs=1e-12)
+
+
+def test_user_bootstrap_without_users_is_the_ordinary_bootstrap_and_covers_the_mean():
+    gen = torch.Generator().manual_seed(0)
+    values = torch.randn(400, generator=gen, dtype=torch.float64)
+    mean, low, high = user_bootstrap_interval(values, generator=gen)
+    se = float(values.std()) / 400 ** 0.5
+    assert low < mean < high
+    # the 95% interval of a mean is about ±1.96 standard errors
+    assert (high - low) / (2 * 1.96 * se) == pytest.approx(1.0, rel=0.15)
+
+
+def test_user_bootstrap_widens_when_a_users_pairs_move_together():
+    """Pairs of one user that agree are one unit, not many: the interval must widen."""
+    gen = torch.Generator().manual_seed(1)
+    per_user = torch.randn(40, generator=gen, dtype=torch.float64)
+    users = torch.arange(40).repeat_interleave(25)
+    values = per_user[users]  # 25 identical pairs per user
+    _, lo_users, hi_users = user_bootstrap_interval(values, users, generator=gen)
+    _, lo_pairs, hi_pairs = user_bootstrap_interval(values, generator=gen)
+    assert hi_users - lo_users > 3 * (hi_pairs - lo_pairs)
+
+
+def test_user_bootstrap_constant_nan_and_bad_input():
+    assert user_bootstrap_interval(torch.full((5,), 0.25)) == (0.25, 0.25, 0.25)
+    with_nan = torch.tensor([0.0, float("nan"), 1.0])
+    assert all(math.isnan(x) for x in user_bootstrap_interval(with_nan))
+    ones = torch.ones(3)
+    for kwargs, name in [
+        (dict(users=torch.tensor([0, -1, 1])), "users"),
+        (dict(users=torch.tensor([0, 1, 5]), num_users=3), "users"),
+        (dict(users=torch.ones(2, dtype=torch.long)), "users"),
+        (dict(users=torch.tensor([0.0, 1.0, 2.0])), "users"),
+        (dict(confidence=1.0), "confidence"),
+        (dict(num_resamples=0), "num_resamples"),
+        (dict(generator=0), "generator"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            user_bootstrap_interval(ones, **kwargs)
+    with pytest.raises(ValueError, match="values"):
+        user_bootstrap_interval(torch.ones(3, 1))
+    with pytest.raises(ValueError, match="values"):
+        user_bootstrap_interval(torch.tensor([1, 0, 1]))  # hits must be float

@@ -33,6 +33,11 @@ Two views for chapter 9 ("evaluation that does not lie"):
 * :func:`popularity_strata`, :func:`stratified_metrics` and :func:`top_k_stratum_shares` —
   every metric split by the popularity stratum (e.g. decile) of the positive item, and
   the share of the recommended top-K lists that falls in each stratum.
+
+And the book's one interval for a comparison: :func:`user_bootstrap_interval`, the mean of
+a per-pair quantity (a hit, or the difference of two models' hits on the same pairs) with
+a percentile interval from resampling *users*, since a user's test pairs are not
+independent of each other.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ __all__ = [
     "stratified_metrics",
     "top_k_items",
     "top_k_stratum_shares",
+    "user_bootstrap_interval",
 ]
 
 
@@ -524,3 +530,58 @@ def top_k_stratum_shares(top_ids: torch.Tensor, item_strata: torch.Tensor) -> to
     groups = item_strata[top_ids.to(item_strata.device).reshape(-1)]
     counts = exact_float64(torch.bincount(groups, minlength=num_strata))
     return counts / counts.sum()
+
+
+def user_bootstrap_interval(
+    values: torch.Tensor,
+    users: torch.Tensor | None = None,
+    *,
+    num_users: int | None = None,
+    num_resamples: int = 2000,
+    confidence: float = 0.95,
+    generator: torch.Generator | None = None,
+) -> tuple[float, float, float]:
+    """Mean of ``values`` over test pairs and its percentile interval over resampled users.
+
+    ``values``: (n,) one number per test pair (a hit, a reciprocal rank, or the difference
+    of two models' values on the same pairs: a *paired* interval); ``users``: (n,) each
+    pair's user in ``[0, num_users)`` (default ``num_users = users.max() + 1``), or None to
+    treat every pair as its own unit. Each of ``num_resamples`` draws takes ``num_users``
+    users with replacement (a cluster bootstrap: a user's pairs move together) and
+    computes ``Σ_drawn per-user sum / Σ_drawn per-user count``, the pair-weighted mean of
+    the drawn users. Returns ``(mean, low, high)`` with ``low`` / ``high`` the
+    ``(1 ∓ confidence) / 2`` quantiles of the draws. The draws are
+    ``torch.randint(num_users, (num_resamples, num_users), generator=generator)`` on the
+    CPU, so one ``generator`` seed gives every comparison the same resampled users. A NaN
+    in ``values`` gives NaN (never dropped). Chapters 5 and 9.
+    """
+    check_tensor("values", values, ("n",), floating=True)
+    check_int_range("num_resamples", num_resamples, 1)
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
+        0 < confidence < 1
+    ):
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )
+    values = values.detach().cpu().double()
+    if users is None:
+        users = torch.arange(values.shape[0])
+    check_tensor("users", users, (values.shape[0],), floating=False)
+    users = users.cpu().long()
+    if num_users is None:
+        check_ids("users", users, None)
+        num_users = int(users.max()) + 1 if users.numel() else 0
+    check_int_range("num_users", num_users, 1)
+    check_ids("users", users, num_users)
+    per_user = torch.zeros(num_users, dtype=torch.float64).index_add_(0, users, values)
+    pairs = torch.bincount(users, minlength=num_users).double()
+    draws = torch.randint(num_users, (num_resamples, num_users), generator=generator)
+    weights = torch.zeros(num_resamples, num_users, dtype=torch.float64).scatter_add_(
+        1, draws, torch.ones(num_resamples, num_users, dtype=torch.float64)
+    )
+    estimates = (weights @ per_user) / (weights @ pairs)
+    tail = (1 - confidence) / 2
+    low, high = torch.quantile(estimates, torch.tensor([tail, 1 - tail], dtype=torch.float64))
+    return float(values.mean()), float(low), float(high)
