@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from candidate_sampling.eval import KnownPairs
 from candidate_sampling.eval.metrics import (
+    user_bootstrap,
     user_bootstrap_interval,
     sample_unseen_negatives,
     metrics_from_ranks,
@@ -484,3 +485,55 @@ def test_user_bootstrap_constant_nan_and_bad_input():
         user_bootstrap_interval(torch.ones(3, 1))
     with pytest.raises(ValueError, match="values"):
         user_bootstrap_interval(torch.tensor([1, 0, 1]))  # hits must be float
+
+
+# --- user_bootstrap: the draws behind the interval, for statistics of several models --
+
+
+def test_user_bootstrap_rows_share_the_draws_and_match_a_loop():
+    """(m, n) values: every row resampled with the same users; brute force, float64."""
+    gen = torch.Generator().manual_seed(5)
+    values = torch.rand(3, 50, generator=gen, dtype=torch.float64)
+    users = torch.randint(6, (50,), generator=gen)
+    draws = user_bootstrap(values, users, num_users=6, num_resamples=200,
+                           generator=torch.Generator().manual_seed(2))
+    assert draws.shape == (200, 3) and draws.dtype == torch.float64
+    picks = torch.randint(6, (200, 6), generator=torch.Generator().manual_seed(2))
+    for r, row in enumerate(picks.tolist()):
+        columns = torch.cat([(users == u).nonzero().flatten() for u in row])
+        expected = values[:, columns].mean(1)
+        assert torch.allclose(draws[r], expected, rtol=0, atol=1e-12)
+    # one row alone gives that row's column of the joint draws
+    alone = user_bootstrap(values[1], users, num_users=6, num_resamples=200,
+                           generator=torch.Generator().manual_seed(2))
+    assert alone.shape == (200,)
+    assert torch.allclose(alone, draws[:, 1], rtol=0, atol=1e-12)
+    # the interval summarises the same draws
+    _, low, high = user_bootstrap_interval(values[1], users, num_users=6, num_resamples=200,
+                                           generator=torch.Generator().manual_seed(2))
+    q = torch.quantile(alone, torch.tensor([0.025, 0.975], dtype=torch.float64))
+    assert (low, high) == pytest.approx((float(q[0]), float(q[1])), abs=1e-12)
+
+
+def test_user_bootstrap_of_one_value_per_user_is_the_plain_bootstrap_of_the_mean():
+    gen = torch.Generator().manual_seed(7)
+    per_user = torch.rand(30, generator=gen, dtype=torch.float64)
+    draws = user_bootstrap(per_user, num_resamples=100,
+                           generator=torch.Generator().manual_seed(1))
+    idx = torch.randint(30, (100, 30), generator=torch.Generator().manual_seed(1))
+    assert torch.allclose(draws, per_user[idx].mean(1), rtol=0, atol=1e-12)
+
+
+def test_user_bootstrap_nan_and_bad_input():
+    with_nan = torch.tensor([[0.0, 1.0, 0.5], [0.0, float("nan"), 1.0]])
+    draws = user_bootstrap(with_nan, num_resamples=50)
+    assert not draws[:, 0].isnan().any()
+    # a draw that holds the NaN pair is NaN, never dropped
+    assert draws[:, 1].isnan().any()
+    for bad in (torch.ones(2, 2, 2), torch.ones(2, 3, dtype=torch.long), [0.0, 1.0]):
+        with pytest.raises(ValueError, match="values"):
+            user_bootstrap(bad)
+    with pytest.raises(ValueError, match="users"):
+        user_bootstrap(torch.ones(2, 3), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="num_resamples"):
+        user_bootstrap(torch.ones(3), num_resamples=0)

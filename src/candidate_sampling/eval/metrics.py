@@ -77,6 +77,7 @@ __all__ = [
     "stratified_metrics",
     "top_k_items",
     "top_k_stratum_shares",
+    "user_bootstrap",
     "user_bootstrap_interval",
 ]
 
@@ -532,6 +533,60 @@ def top_k_stratum_shares(top_ids: torch.Tensor, item_strata: torch.Tensor) -> to
     return counts / counts.sum()
 
 
+def user_bootstrap(
+    values: torch.Tensor,
+    users: torch.Tensor | None = None,
+    *,
+    num_users: int | None = None,
+    num_resamples: int = 2000,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """The pair-weighted mean of ``values`` in each of ``num_resamples`` resamples of users.
+
+    ``values``: (n,) one number per test pair (a hit, a reciprocal rank, the paired
+    difference of two models), or (m, n) for ``m`` quantities on the same pairs (several
+    models, so that a statistic of them — a ratio, a difference, a minimum — is computed
+    draw by draw, on the same users); ``users``: (n,) each pair's user in
+    ``[0, num_users)`` (default ``num_users = users.max() + 1``), or None to treat every
+    pair as its own unit (then one value per user is the plain bootstrap of a mean over
+    users). Each draw takes ``num_users`` users with replacement (a cluster bootstrap: a
+    user's pairs move together) and computes ``Σ_drawn per-user sum / Σ_drawn per-user
+    count``. The draws are ``torch.randint(num_users, (num_resamples, num_users),
+    generator=generator)`` on the CPU, so one ``generator`` seed gives every call the same
+    resampled users. Returns float64 (num_resamples,) or (num_resamples, m) on the CPU. A
+    NaN in ``values`` gives NaN (never dropped). Chapters 5, 9 and 10.
+    """
+    if not isinstance(values, torch.Tensor) or values.dim() not in (1, 2):
+        got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
+        raise ValueError(f"values must be a tensor of shape (n,) or (m, n), got {got}")
+    check_tensor("values", values, ("n",) if values.dim() == 1 else ("m", "n"), floating=True)
+    check_int_range("num_resamples", num_resamples, 1)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ValueError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )
+    rows = values.detach().cpu().double()
+    rows = rows[None, :] if rows.dim() == 1 else rows  # (m, n)
+    if users is None:
+        users = torch.arange(rows.shape[1])
+    check_tensor("users", users, (rows.shape[1],), floating=False)
+    users = users.cpu().long()
+    if num_users is None:
+        check_ids("users", users, None)
+        num_users = int(users.max()) + 1 if users.numel() else 0
+    check_int_range("num_users", num_users, 1)
+    check_ids("users", users, num_users)
+    per_user = torch.zeros(rows.shape[0], num_users, dtype=torch.float64)
+    per_user.index_add_(1, users, rows)  # (m, U) each user's sum
+    pairs = torch.bincount(users, minlength=num_users).double()
+    draws = torch.randint(num_users, (num_resamples, num_users), generator=generator)
+    weights = torch.zeros(num_resamples, num_users, dtype=torch.float64).scatter_add_(
+        1, draws, torch.ones(num_resamples, num_users, dtype=torch.float64)
+    )  # how often each user is drawn
+    estimates = (weights @ per_user.T) / (weights @ pairs)[:, None]  # (R, m)
+    return estimates[:, 0] if values.dim() == 1 else estimates
+
+
 def user_bootstrap_interval(
     values: torch.Tensor,
     users: torch.Tensor | None = None,
@@ -544,44 +599,20 @@ def user_bootstrap_interval(
     """Mean of ``values`` over test pairs and its percentile interval over resampled users.
 
     ``values``: (n,) one number per test pair (a hit, a reciprocal rank, or the difference
-    of two models' values on the same pairs: a *paired* interval); ``users``: (n,) each
-    pair's user in ``[0, num_users)`` (default ``num_users = users.max() + 1``), or None to
-    treat every pair as its own unit. Each of ``num_resamples`` draws takes ``num_users``
-    users with replacement (a cluster bootstrap: a user's pairs move together) and
-    computes ``Σ_drawn per-user sum / Σ_drawn per-user count``, the pair-weighted mean of
-    the drawn users. Returns ``(mean, low, high)`` with ``low`` / ``high`` the
-    ``(1 ∓ confidence) / 2`` quantiles of the draws. The draws are
-    ``torch.randint(num_users, (num_resamples, num_users), generator=generator)`` on the
-    CPU, so one ``generator`` seed gives every comparison the same resampled users. A NaN
-    in ``values`` gives NaN (never dropped). Chapters 5 and 9.
+    of two models' values on the same pairs: a *paired* interval); ``users``,
+    ``num_users``, ``num_resamples`` and ``generator`` as in :func:`user_bootstrap`, whose
+    draws this summarises. Returns ``(mean, low, high)`` with ``low`` / ``high`` the
+    ``(1 ∓ confidence) / 2`` quantiles of the draws. A NaN in ``values`` gives NaN (never
+    dropped). Chapters 5, 9 and 10.
     """
     check_tensor("values", values, ("n",), floating=True)
-    check_int_range("num_resamples", num_resamples, 1)
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
         0 < confidence < 1
     ):
         raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(
-            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
-        )
-    values = values.detach().cpu().double()
-    if users is None:
-        users = torch.arange(values.shape[0])
-    check_tensor("users", users, (values.shape[0],), floating=False)
-    users = users.cpu().long()
-    if num_users is None:
-        check_ids("users", users, None)
-        num_users = int(users.max()) + 1 if users.numel() else 0
-    check_int_range("num_users", num_users, 1)
-    check_ids("users", users, num_users)
-    per_user = torch.zeros(num_users, dtype=torch.float64).index_add_(0, users, values)
-    pairs = torch.bincount(users, minlength=num_users).double()
-    draws = torch.randint(num_users, (num_resamples, num_users), generator=generator)
-    weights = torch.zeros(num_resamples, num_users, dtype=torch.float64).scatter_add_(
-        1, draws, torch.ones(num_resamples, num_users, dtype=torch.float64)
+    estimates = user_bootstrap(
+        values, users, num_users=num_users, num_resamples=num_resamples, generator=generator
     )
-    estimates = (weights @ per_user) / (weights @ pairs)
     tail = (1 - confidence) / 2
     low, high = torch.quantile(estimates, torch.tensor([tail, 1 - tail], dtype=torch.float64))
-    return float(values.mean()), float(low), float(high)
+    return float(values.detach().double().mean()), float(low), float(high)
