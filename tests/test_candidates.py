@@ -153,3 +153,15 @@ def test_ids_are_int64_and_bad_sources_are_errors():
         CandidateSet.from_ids(torch.tensor([0, 1]), lambda ids: torch.zeros(3, 2))
     with pytest.raises(ValueError, match="draw must be a CandidateDraw"):
         CandidateSet.from_draw((torch.tensor([0]),), torch.zeros(3, 2))
+
+
+def test_with_mask_ands_the_new_mask_into_the_sets_own():
+    """A column stays valid only where both masks say so, (C,) and (B, C) alike."""
+    emb, ids = torch.randn(3, 2), torch.tensor([4, 5, 6])
+    s = CandidateSet(emb, ids, mask=torch.tensor([True, False, True]))
+    out = s.with_mask(torch.tensor([False, True, True]))
+    assert out.mask.tolist() == [False, False, True]
+    per_row = torch.tensor([[True, True, False], [False, True, True]])
+    out2 = s.with_mask(per_row)
+    assert torch.equal(out2.mask, per_row & s.mask)
+    assert s.with_mask(None) is s

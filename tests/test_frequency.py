@@ -209,3 +209,26 @@ def test_batch_log_q_is_the_log_expected_count_and_names_bad_ids():
         batch_log_q(ids, p, num_draws=0)
     with pytest.raises(ValueError, match="item_probabilities must lie in"):
         batch_log_q(ids, p * 3, num_draws=1)
+
+
+def test_multi_hash_estimate_is_one_over_the_largest_gap_under_collisions():
+    """Algorithm 2 reads the *largest* gap over the hash functions (a collision only
+    shortens a gap); brute force over the buckets, with many collisions (40 ids in 20
+    buckets; a min over the hashes gave 0.33 where this gives 0.23)."""
+    est = StreamingFrequencyEstimator(num_buckets=20, num_hashes=3, learning_rate=0.3,
+                                      seed=1)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(60):
+        est.update(torch.randint(0, 40, (6,), generator=gen))
+    ids = torch.arange(40)
+    buckets = est.buckets(ids)  # (40, 3)
+    expected = torch.empty(40, dtype=torch.float64)
+    for i in range(40):
+        gaps = []
+        for m in range(3):
+            b = int(buckets[i, m])
+            unseen = float(est.last_seen[m, b]) == 0
+            gaps.append(est.step + 1.0 if unseen else float(est.gap[m, b]))
+        expected[i] = 1.0 / max(max(gaps), 1.0)
+    torch.testing.assert_close(est.estimate(ids).double(), expected, rtol=1e-6, atol=0)
+    assert (buckets[:, 0, None] == buckets[None, :, 0]).sum() > 40  # collisions happen

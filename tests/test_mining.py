@@ -578,3 +578,35 @@ def test_torch_index_scores_half_embeddings_in_float32():
     miner = HardNegativeMiner(index="torch").build(items)
     scores, ids = miner.search(torch.tensor([[300.0]], dtype=torch.float16), 3)
     assert ids.tolist() == [[1, 0, 2]] and bool(torch.isfinite(scores).all())
+
+
+def test_absolute_margin_drops_a_candidate_exactly_at_the_margin():
+    """NV-Retriever's rule keeps s < s⁺ − margin, strictly: at margin 0 a candidate that
+    scores exactly as the positive (a duplicate under another id) is not a negative."""
+    scores = torch.tensor([[1.0, 0.5, 0.2]])
+    excluded = torch.zeros(1, 3, dtype=torch.bool)
+    _, keep = survivors(scores, excluded, range_min=0, range_max=3, absolute_margin=0.0,
+                        positive_scores=torch.tensor([0.5]))
+    assert keep.tolist() == [[False, False, True]]
+    _, keep = survivors(scores, excluded, range_min=0, range_max=3, absolute_margin=0.25,
+                        positive_scores=torch.tensor([0.5]))
+    assert keep.tolist() == [[False, False, True]]  # 0.2 < 0.25 kept, 0.5 dropped
+    scores = torch.tensor([[1.0, 0.5, 0.25]])  # exactly s⁺ − margin (representable)
+    _, keep = survivors(scores, excluded, range_min=0, range_max=3, absolute_margin=0.25,
+                        positive_scores=torch.tensor([0.5]))
+    assert keep.tolist() == [[False, False, False]]
+
+
+def test_search_padding_is_never_a_negative():
+    """An index that returns fewer results pads with id −1 (score −inf): the pads are
+    excluded, and a request for more negatives than real survivors pads the result with
+    invalid slots, never a valid id −1."""
+    ids = torch.tensor([[3, -1, -1], [4, 7, -1]])
+    scores = torch.tensor([[0.9, float("-inf"), float("-inf")], [0.8, 0.1, float("-inf")]])
+    excluded = exclusion_mask(ids)
+    assert excluded.tolist() == [[False, True, True], [False, False, True]]
+    ranks, keep = survivors(scores, excluded, range_min=0, range_max=3)
+    mined = choose_negatives(scores, ids, ranks, keep, num_negatives=3)
+    assert mined.valid.sum(1).tolist() == [1, 2]
+    assert not bool((mined.ids[mined.valid] == -1).any())
+    assert bool((mined.ids[~mined.valid] == -1).all())

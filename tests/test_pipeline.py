@@ -157,6 +157,43 @@ def test_every_loss_takes_sample_weight():
         assert float(weighted) == pytest.approx(float((w * per_row).sum() / 4), rel=1e-12)
 
 
+def test_every_other_loss_weights_its_rows_too():
+    """The losses outside the candidate layout (contrastive, chunked exact, full softmax):
+    weighted "mean" = Σ w ℓ / n and "sum" = Σ w ℓ over their own per-row losses."""
+    from candidate_sampling.losses import (
+        chunked_softmax_cross_entropy,
+        info_nce_loss,
+        nt_bxent_loss,
+        nt_xent_loss,
+        soft_nearest_neighbor_loss,
+        softmax_cross_entropy,
+    )
+
+    g = gen(5)
+    x, y = torch.randn(4, 3, generator=g, dtype=D64), torch.randn(4, 3, generator=g, dtype=D64)
+    labels = torch.tensor([0, 1, 0, 1])
+    pairs = torch.tensor([[0, 2], [1, 3]])
+    table = torch.randn(9, 3, generator=g, dtype=D64)
+    ids = torch.tensor([1, 4, 4, 8])
+    cases = (
+        (info_nce_loss, (x, y), 4),
+        (nt_xent_loss, (x, y), 8),
+        (nt_bxent_loss, (torch.cat([x, y]), pairs), 8),
+        (supcon_loss, (x, labels), 4),
+        (soft_nearest_neighbor_loss, (x, labels), 4),
+        (chunked_softmax_cross_entropy, (x, table, ids), 4),
+        (softmax_cross_entropy, (x @ table.T, ids), 4),
+    )
+    for fn, args, rows in cases:
+        w = torch.linspace(0.0, 2.0, rows, dtype=D64)
+        per_row = fn(*args, reduction="none")
+        assert per_row.shape == (rows,), fn.__name__
+        for reduction, want in (("mean", (w * per_row).sum() / rows),
+                                ("sum", (w * per_row).sum())):
+            got = fn(*args, sample_weight=w, reduction=reduction)
+            assert float(got) == pytest.approx(float(want), rel=1e-10), fn.__name__
+
+
 # --------------------------------------------------------------------------- properties
 
 

@@ -620,3 +620,25 @@ def test_bad_inputs():
         mixed_log_q(torch.rand(3), torch.rand(3), batch_size=4, num_samples=-1)
     with pytest.raises(ValueError, match="Q\\* must be > 0"):
         mixed_log_q(torch.zeros(2), torch.zeros(2), batch_size=4, num_samples=2)
+
+
+def test_in_batch_logits_follow_repeated_hits_tensorflow():
+    """``repeated_hits="tensorflow"`` in the in-batch layout masks what
+    ``accidental_hits(..., repeated_hits="tensorflow")`` marks (only the last copy of a
+    repeated positive id), not every copy as ``"mask_all"`` does."""
+    from candidate_sampling.losses import in_batch_logits
+    from candidate_sampling.losses.core import accidental_hits, mask_logits
+
+    gen = torch.Generator().manual_seed(0)
+    q, v = torch.randn(4, 3, generator=gen), torch.randn(4, 3, generator=gen)
+    ids = torch.tensor([3, 3, 5, 3])
+    positives = CandidateSet(v, ids)
+    raw = in_batch_logits(q, positives, remove_accidental_hits=False)
+    own = torch.arange(4)
+    for mode in ("tensorflow", "mask_all"):
+        got = in_batch_logits(q, positives, repeated_hits=mode)
+        hits = accidental_hits(ids, ids, positive_columns=own, repeated_hits=mode)
+        torch.testing.assert_close(got, mask_logits(raw, hits))
+    tf = in_batch_softmax_loss(q, positives, repeated_hits="tensorflow")
+    every = in_batch_softmax_loss(q, positives, repeated_hits="mask_all")
+    assert not torch.isclose(tf, every)

@@ -344,9 +344,13 @@ def test_excluded_true_id_has_minus_infinite_log_count():
 def test_float32_only_device_path(name, monkeypatch):
     # Apple MPS has no float64: the samplers then work in float32 and draw the log-uniform
     # inverse CDF on the CPU. Exercise that code path here on the CPU.
+    import candidate_sampling.device as device_module
     import candidate_sampling.sampling.samplers as samplers_module
 
-    monkeypatch.setattr(samplers_module, "_supports_float64", lambda device: False)
+    # the package's one test of a device (tests/test_devices_without_float64.py emulates
+    # the whole device; here only the samplers' float32 arithmetic is checked)
+    for module in (device_module, samplers_module):
+        monkeypatch.setattr(module, "has_float64", lambda device: False)
     s = make(name)
     assert s.probs.dtype == torch.float32
     torch.testing.assert_close(
@@ -406,3 +410,33 @@ def test_sampler_value_checks_obey_the_switch():
     with cs.validate_args(False):
         UnigramSampler(torch.tensor([1.0, 2.0, 0.5]))  # no value check, no sync
         build_alias_table(torch.tensor([1.0, 2.0]))
+
+
+# --- gaps a mutation audit found (each test fails on the mutant it names) ---------------
+
+
+def test_uniform_unique_tries_follow_the_coupon_collector_expectation():
+    """The uniform sampler's own unique path (4k > n): the number of raw draws needed for
+    k distinct ids of n has mean Σ_{i<k} n / (n − i) and is never below k (a mutant that
+    counted k − 1 + ... gave a minimum of 7 and a mean of 13.4 here)."""
+    n, k, reps = 10, 8, 4000
+    sampler = UniformSampler(n)
+    gen = torch.Generator().manual_seed(0)
+    tries = torch.tensor(
+        [sampler.sample(k, unique=True, generator=gen).num_tries for _ in range(reps)],
+        dtype=torch.float64)
+    expected = sum(n / (n - i) for i in range(k))  # 14.29
+    assert int(tries.min()) >= k
+    assert abs(float(tries.mean()) - expected) < 5 * float(tries.std()) / reps ** 0.5
+
+
+def test_alias_table_is_exact_when_prefix_sums_tie():
+    """Integer weights make prefix sums tie exactly; the table must still give w / Σw
+    (a search on the wrong side of a tie gave [.125, .5, .125, .25])."""
+    w = torch.tensor([1.0, 3.0, 1.0, 3.0], dtype=torch.float64)
+    threshold, alias = build_alias_table(w)
+    t = threshold.double()
+    p = t.clone().index_add_(0, alias, 1 - t) / w.numel()
+    torch.testing.assert_close(p, w / w.sum(), rtol=0, atol=1e-12)
+    s = UnigramSampler(torch.tensor([1, 3, 1, 3]), distortion=1.0)
+    torch.testing.assert_close(s.probs.double(), w / w.sum(), rtol=1e-6, atol=0)

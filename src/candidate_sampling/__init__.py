@@ -30,7 +30,10 @@ from candidate_sampling._validate import get_validate_args, set_validate_args, v
 from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.device import (
     book_seed,
+    exact_float64,
+    float64_or_float32,
     get_device,
+    has_float64,
     seed_everything,
     seed_offset,
     time_calls,
@@ -40,7 +43,10 @@ __version__ = "0.3.0"
 __all__ = [
     "CandidateSet",
     "book_seed",
+    "exact_float64",
+    "float64_or_float32",
     "get_device",
+    "has_float64",
     "get_validate_args",
     "seed_everything",
     "seed_offset",

@@ -139,12 +139,29 @@ def time_calls(
     return times
 
 
+def has_float64(device: torch.device | str) -> bool:
+    """Whether ``device`` computes in float64: every device but Apple's MPS.
+
+    The package's one test of it: every float64 step asks this (through
+    :func:`exact_float64` or :func:`float64_or_float32`), so a device without float64 gets
+    the CPU or float32 path everywhere, never an error from the backend.
+    """
+    return torch.device(device).type != "mps"
+
+
 def exact_float64(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor`` in float64, on its own device, or on the CPU where float64 is missing (MPS).
 
-    For the small exact computations of metrics and baselines (ranks, counts, a Gram
-    matrix): Apple's MPS backend has no float64, so they move to the CPU there.
+    For the small exact computations of metrics, baselines, frequencies and log Q (ranks,
+    counts, a Gram matrix, probabilities): Apple's MPS backend has no float64, so they move
+    to the CPU there. Move the result back with ``.to(device, dtype)`` when it is needed on
+    the device.
     """
-    device = torch.device("cpu") if tensor.device.type == "mps" else tensor.device
+    device = tensor.device if has_float64(tensor.device) else torch.device("cpu")
     return tensor.to(device=device, dtype=torch.float64)
+
+
+def float64_or_float32(device: torch.device | str) -> torch.dtype:
+    """float64 where ``device`` has it, else float32: for work that stays on the device."""
+    return torch.float64 if has_float64(device) else torch.float32
 

@@ -38,6 +38,7 @@ from candidate_sampling._validate import (
     check_positive,
     check_tensor,
 )
+from candidate_sampling.device import exact_float64
 
 __all__ = [
     "PlantedRetrieval",
@@ -63,8 +64,10 @@ def zipf_probabilities(
     """Zipf law over ranks: ``p_r ∝ 1 / (r + 1)^exponent`` for r = 0 … |V|−1; shape (|V|,)."""
     check_int_range("num_items", num_items, 1)
     check_positive("exponent", exponent)
-    ranks = torch.arange(1, num_items + 1, device=device, dtype=torch.float64)
-    return torch.softmax(-exponent * torch.log(ranks), dim=0).to(dtype)
+    # in float64 on the CPU (every device, MPS included, gets the same values), then moved
+    ranks = torch.arange(1, num_items + 1, dtype=torch.float64)
+    probs = torch.softmax(-exponent * torch.log(ranks), dim=0)
+    return probs.to(device=device, dtype=dtype)
 
 
 @dataclass(frozen=True)
@@ -285,16 +288,18 @@ class PlantedRetrieval:
         return out
 
     def item_marginal(self, *, chunk_size: int | None = None) -> torch.Tensor:
-        """Exact marginal popularity ``P(y) = (1/U) Σ_u P(y | u)``: ``(|V|,)`` float64.
+        """Exact marginal popularity ``P(y) = (1/U) Σ_u P(y | u)``: ``(|V|,)`` float64 (on
+        the CPU where the device has no float64, MPS).
 
         Costs ``U · |V|`` scores, in chunks of users.
         """
         chunk = self._chunk(chunk_size)
-        total = torch.zeros(self.num_items, dtype=torch.float64, device=self.device)
+        total = exact_float64(torch.zeros(self.num_items, device=self.device))
         for start in range(0, self.num_users, chunk):
             rows = torch.arange(start, min(start + chunk, self.num_users), device=self.device)
             scores = self.user_vectors[rows] @ self.item_vectors.T + self.item_bias
-            total += torch.softmax(scores, dim=1).sum(0).double()  # a float32 sum of a few rows
+            # a float32 sum of a few rows, accumulated in float64
+            total += exact_float64(torch.softmax(scores, dim=1).sum(0)).to(total.device)
         return total / self.num_users
 
     def sample(

@@ -32,7 +32,7 @@ from candidate_sampling._validate import (
     check_int_range,
     check_tensor,
 )
-from candidate_sampling.device import exact_float64
+from candidate_sampling.device import exact_float64, float64_or_float32
 from candidate_sampling.eval.known_pairs import KnownPairs, check_known
 from candidate_sampling.eval.metrics import _rows_per_chunk, check_pairs, count_above
 
@@ -82,7 +82,7 @@ def most_popular_scores(counts: torch.Tensor) -> torch.Tensor:
     check_tensor("counts", counts, ("|V|",))
     check_finite("counts", counts)  # NaN would sort first: the "most popular" item
     # float64, or float32 on MPS (no float64 there): −r is exact in float32 below 2^24 items
-    dtype = torch.float32 if counts.device.type == "mps" else torch.float64
+    dtype = float64_or_float32(counts.device)
     order = torch.argsort(-exact_float64(counts), stable=True).to(counts.device)
     scores = torch.empty(counts.shape[0], dtype=dtype, device=counts.device)
     scores[order] = -torch.arange(counts.shape[0], dtype=dtype, device=counts.device)

@@ -42,6 +42,7 @@ from candidate_sampling._validate import (
     get_validate_args,
 )
 from candidate_sampling.candidates import CandidateSet, _check_candidate_set
+from candidate_sampling.device import exact_float64
 from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator, inclusion_probability
 from candidate_sampling.losses.core import (
     REPEATED_HITS,
@@ -256,11 +257,13 @@ class RetrievalLoss(_Loss):
         return "none"
 
     def _batch_counts(self, ids: torch.Tensor, batch: int) -> torch.Tensor | None:
-        """Expected count of ``ids`` among the ``B`` in-batch columns (float64), or None."""
+        """Expected count of ``ids`` among the ``B`` in-batch columns (float64, on the CPU
+        where the device has no float64), or None."""
         if self.item_probabilities is not None:
-            return batch * self.item_probabilities[ids.to(self.item_probabilities.device)].double()
+            probs = self.item_probabilities[ids.to(self.item_probabilities.device)]
+            return batch * exact_float64(probs)
         if self.frequency_estimator is not None:
-            return self.frequency_estimator.estimate(ids).double()
+            return exact_float64(self.frequency_estimator.estimate(ids))
         return None
 
     def forward(
@@ -299,7 +302,7 @@ class RetrievalLoss(_Loss):
             ids = positive_ids if extras is None else torch.cat([positive_ids, extras.ids])
             counts = self._batch_counts(ids, batch)
             if extras is not None:
-                r = self.sampler.probs[ids.to(self.sampler.device)].double()
+                r = exact_float64(self.sampler.probs[ids.to(self.sampler.device)])
                 extra_counts = (
                     inclusion_probability(r, draw.num_tries)
                     if draw.unique

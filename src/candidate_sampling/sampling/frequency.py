@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import torch
 
-from candidate_sampling.sampling.hashing import draw_hash_parameters, universal_hash
 from candidate_sampling._validate import (
     check_choice,
     check_finite,
@@ -43,6 +42,8 @@ from candidate_sampling._validate import (
     check_tensor,
     get_validate_args,
 )
+from candidate_sampling.device import exact_float64, float64_or_float32
+from candidate_sampling.sampling.hashing import draw_hash_parameters, universal_hash
 
 __all__ = [
     "MIXED_Q_FORMS",
@@ -72,7 +73,8 @@ def item_probabilities(counts: torch.Tensor) -> torch.Tensor:
     ``counts``: (|V|,) non-negative counts (int or float) with a positive sum. Chapter 5.
     """
     check_tensor("counts", counts, ("V",))
-    counts = counts.to(torch.float64)
+    device = counts.device
+    counts = exact_float64(counts)  # on the CPU where the device has no float64 (MPS)
     check_finite("counts", counts)
     total = counts.sum()
     if get_validate_args():
@@ -80,7 +82,7 @@ def item_probabilities(counts: torch.Tensor) -> torch.Tensor:
             raise ValueError("counts must be non-negative")
         if float(total) <= 0:
             raise ValueError("counts must have a positive sum")
-    return (counts / total).to(torch.float32)
+    return (counts / total).to(device=device, dtype=torch.float32)
 
 
 def inclusion_probability(probs: torch.Tensor, num_draws: int) -> torch.Tensor:
@@ -132,7 +134,7 @@ def log_expected_count(
 def _log_expected_count(probs: torch.Tensor, k: int, tries: int, unique: bool) -> torch.Tensor:
     """The formula of :func:`log_expected_count`, arguments already checked."""
     # float64 where the device has it (not MPS): log(k·p) of tiny p stays exact
-    work = probs.to(torch.float64 if probs.device.type != "mps" else torch.float32)
+    work = probs.to(float64_or_float32(probs.device))
     if unique:
         return torch.log(_inclusion(work, tries)).float()
     return torch.log(k * work).float()
@@ -207,8 +209,9 @@ def mixed_log_q(
             f"batch_probs and extra_probs must have the same shape, got "
             f"{tuple(batch_probs.shape)} and {tuple(extra_probs.shape)}"
         )
-    q = batch_probs.to(torch.float64)
-    r = extra_probs.to(torch.float64)
+    device = batch_probs.device
+    q = exact_float64(batch_probs)  # on the CPU where the device has no float64 (MPS)
+    r = exact_float64(extra_probs).to(q.device)
     if form == "inclusion":
         log_missed = batch_size * torch.log1p(-q)
         if num_samples:  # B' = 0 draws miss surely (0 · log1p(−1) would be NaN at r = 1)
@@ -222,7 +225,7 @@ def mixed_log_q(
         raise ValueError(
             "Q* must be > 0 for every candidate: an item with q = r = 0 cannot be drawn"
         )
-    return torch.log(value).to(torch.float32)
+    return torch.log(value).to(device=device, dtype=torch.float32)
 
 
 class StreamingFrequencyEstimator:
@@ -287,10 +290,10 @@ class StreamingFrequencyEstimator:
         self.warm_start = warm_start
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.hash_params = draw_hash_parameters(num_hashes, seed).to(self.device)
-        self.last_seen = torch.zeros(
-            num_hashes, num_buckets, dtype=torch.float64, device=self.device
-        )
-        self.gap = torch.zeros(num_hashes, num_buckets, dtype=torch.float64, device=self.device)
+        # float64 where the device has it; on MPS float32, exact for steps below 2^24
+        dtype = float64_or_float32(self.device)
+        self.last_seen = torch.zeros(num_hashes, num_buckets, dtype=dtype, device=self.device)
+        self.gap = torch.zeros(num_hashes, num_buckets, dtype=dtype, device=self.device)
         self.step = 0
 
     def buckets(self, ids: torch.Tensor) -> torch.Tensor:

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import torch
 
 from candidate_sampling._validate import check_ids, check_int_range, get_validate_args
+from candidate_sampling.device import exact_float64, float64_or_float32, has_float64
 from candidate_sampling.sampling.frequency import _log_expected_count
 
 __all__ = [
@@ -68,14 +69,6 @@ __all__ = [
 #: Unique sampling gives up (RuntimeError) after this many raw draws.
 MAX_TRIES = 200_000_000
 _MAX_CHUNK = 1 << 22
-
-
-def _supports_float64(device: torch.device) -> bool:
-    return device.type != "mps"
-
-
-def _work_dtype(device: torch.device) -> torch.dtype:
-    return torch.float64 if _supports_float64(device) else torch.float32
 
 
 @dataclass(frozen=True)
@@ -328,7 +321,7 @@ class UniformSampler(CandidateSampler):
 
     def _probs_of(self, ids: torch.Tensor) -> torch.Tensor:
         p = torch.full(
-            ids.shape, 1.0 / self.num_allowed, dtype=_work_dtype(self.device), device=self.device
+            ids.shape, 1.0 / self.num_allowed, dtype=float64_or_float32(self.device), device=self.device
         )
         if self.exclude.numel():
             p = p.masked_fill(torch.isin(ids, self.exclude), 0.0)
@@ -341,7 +334,7 @@ class UniformSampler(CandidateSampler):
         # A uniform random k-subset in random order; num_tries is independent of it:
         # tries = k + sum_{i=1}^{k-1} Geometric failures with failure probability i / n.
         ranks = torch.randperm(n, generator=generator, device=self.device)[:k]
-        dtype = _work_dtype(self.device)
+        dtype = float64_or_float32(self.device)
         i = torch.arange(1, k, dtype=dtype, device=self.device)
         u = 1.0 - torch.rand(k - 1, dtype=dtype, generator=generator, device=self.device)  # (0, 1]
         failures = torch.floor(torch.log(u) / torch.log(i / n))
@@ -372,13 +365,13 @@ class LogUniformSampler(CandidateSampler):
         return torch.log1p(1.0 / (ids + 1.0)) / self._log_range
 
     def _probs_of(self, ids: torch.Tensor) -> torch.Tensor:
-        p = self._raw_probs(ids.to(_work_dtype(self.device))) / self._kept_mass
+        p = self._raw_probs(ids.to(float64_or_float32(self.device))) / self._kept_mass
         if self.exclude.numel():
             p = p.masked_fill(torch.isin(ids, self.exclude), 0.0)
         return p
 
     def _raw_draw(self, m: int, generator: torch.Generator | None) -> torch.Tensor:
-        if _supports_float64(self.device):
+        if has_float64(self.device):
             u = torch.rand(m, dtype=torch.float64, generator=generator, device=self.device)
             ids = torch.floor(torch.exp(u * self._log_range)).long() - 1
         else:  # MPS: no float64 on the device
@@ -428,7 +421,7 @@ def build_alias_table(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     if weights.dtype == torch.bool or weights.is_complex():
         raise ValueError(f"weights must be a real tensor, got {weights.dtype}")
     device = weights.device
-    work_device = device if _supports_float64(device) else torch.device("cpu")
+    work_device = device if has_float64(device) else torch.device("cpu")
     w = weights.to(device=work_device, dtype=torch.float64)
     if get_validate_args():  # value checks (the switch of candidate_sampling)
         if not bool(torch.isfinite(w).all()):
@@ -486,7 +479,7 @@ class UnigramSampler(CandidateSampler):
             )
         if counts.dtype == torch.bool or counts.is_complex():
             raise ValueError(f"counts must be a real tensor, got {counts.dtype}")
-        c64 = counts.detach().to(dtype=torch.float64)
+        c64 = exact_float64(counts.detach())  # on the CPU where the device has no float64
         if get_validate_args() and not bool(torch.isfinite(c64).all()):
             raise ValueError("counts must be finite, got NaN or infinite entries")
         if get_validate_args() and not bool((c64 > 0).all()):
@@ -501,14 +494,14 @@ class UnigramSampler(CandidateSampler):
         super().__init__(counts.numel(), device, exclude)
         self.distortion = float(distortion)
         weights = (
-            c64.to(self.device if _supports_float64(self.device) else "cpu") ** self.distortion
+            c64.to(self.device if has_float64(self.device) else "cpu") ** self.distortion
         )
         if self.exclude.numel():
             weights[self.exclude.to(weights.device)] = 0.0
         total = weights.sum()
         if get_validate_args() and (not bool(torch.isfinite(total)) or float(total) <= 0):
             raise ValueError("counts ** distortion must have a finite positive sum")
-        self._p = (weights / total).to(device=self.device, dtype=_work_dtype(self.device))
+        self._p = (weights / total).to(device=self.device, dtype=float64_or_float32(self.device))
         self._threshold, self._alias = build_alias_table(weights)
         self._threshold = self._threshold.to(self.device)
         self._alias = self._alias.to(self.device)

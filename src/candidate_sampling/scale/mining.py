@@ -82,6 +82,7 @@ from candidate_sampling._validate import (
     get_validate_args,
 )
 from candidate_sampling.candidates import CandidateSet
+from candidate_sampling.device import float64_or_float32
 from candidate_sampling.eval.known_pairs import KnownPairs, check_known
 
 __all__ = [
@@ -294,11 +295,12 @@ def choose_negatives(
             batch,
             fetched,
             generator=generator,
-            dtype=torch.float64,
+            dtype=float64_or_float32(generator.device if generator is not None else "cpu"),
             device=generator.device if generator is not None else "cpu",
-        ).to(device)
+        ).to(device=device, dtype=float64_or_float32(device))
     else:
-        key = torch.arange(fetched, device=device, dtype=torch.float64)[None, :].expand(batch, -1)
+        key = torch.arange(fetched, device=device, dtype=float64_or_float32(device))
+        key = key[None, :].expand(batch, -1)
     key = torch.where(keep, key, torch.full_like(key, float("inf")))  # smallest first
     take = min(num_negatives, fetched)
     chosen = torch.topk(key, take, dim=1, largest=False, sorted=True).indices
