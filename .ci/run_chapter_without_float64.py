@@ -32,29 +32,11 @@ def main() -> int:
     os.environ["CANDIDATE_SAMPLING_DEVICE"] = "cpu:0"
     sys.path[:0] = [str(ROOT / "src"), str(ROOT / "tests"), str(ROOT)]
 
-    import importlib
-    import pkgutil
-
     import matplotlib
-    import torch
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    import candidate_sampling
-    import test_devices_without_float64 as emulation
-
-    for info in pkgutil.walk_packages(candidate_sampling.__path__, "candidate_sampling."):
-        importlib.import_module(info.name)
-
-    def has_float64(device) -> bool:
-        device = torch.device(device)
-        return device.type != "mps" and device != emulation.FAKE
-
-    for name, module in list(sys.modules.items()):
-        if name.startswith("candidate_sampling") and hasattr(module, "has_float64"):
-            module.has_float64 = has_float64
-    torch.nn.Module.to = emulation.module_to(torch.nn.Module.to)
+    from test_devices_without_float64 import device_without_float64
 
     found: set[tuple[str, int]] = set()
 
@@ -72,7 +54,7 @@ def main() -> int:
     cells = [c for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"]
     namespace = {"__name__": "__main__", "display": print}
     plt.show = lambda *a, **k: plt.close("all")
-    with emulation.NoFloat64OnDevice(report=report if args.report else None):
+    with device_without_float64(report=report if args.report else None):
         for i, cell in enumerate(cells):
             tree = ast.parse("".join(cell["source"]))
             try:

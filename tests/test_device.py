@@ -144,3 +144,18 @@ def test_seed_offset_rejects_bad_values_naming_the_variable(monkeypatch, raw):
 def test_book_seed_rejects_bad_seeds(seed):
     with pytest.raises(ValueError, match="seed must be a non-negative int"):
         candidate_sampling.book_seed(seed)
+
+
+def test_float64_helpers_name_their_bad_argument():
+    from candidate_sampling import exact_float64, float64_or_float32, has_float64
+
+    assert has_float64("cpu") and has_float64(torch.device("cuda", 1))
+    assert not has_float64("mps") and float64_or_float32("mps") == torch.float32
+    assert float64_or_float32("cpu") == torch.float64
+    for bad in (3, None, "nonsense"):
+        with pytest.raises(ValueError, match="device"):
+            has_float64(bad)
+    with pytest.raises(ValueError, match="tensor"):
+        exact_float64([1.0, 2.0])
+    out = exact_float64(torch.tensor([1, 2]))
+    assert out.dtype == torch.float64 and out.tolist() == [1.0, 2.0]

@@ -13,6 +13,7 @@ samplers, metrics, baselines, mining, synthetic data) through it.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import pytest
@@ -54,8 +55,7 @@ def _on_device(t) -> bool:
 
 
 def _as_device(value):
-    value = torch.device(value) if isinstance(value, (str, torch.device)) else None
-    return value
+    return torch.device(value) if isinstance(value, (str, torch.device)) else None
 
 
 def _placement(func, args, kwargs):
@@ -166,19 +166,41 @@ def module_to(original):
     return to
 
 
+def _has_float64(device) -> bool:
+    """The package's test of a device, with ``FAKE`` lacking float64 as MPS does."""
+    device = torch.device(device)
+    return device.type != "mps" and device != FAKE
+
+
+@contextlib.contextmanager
+def device_without_float64(report=None):
+    """Inside: ``FAKE`` lacks float64 for the package (every module's ``has_float64``),
+    ``module.to(FAKE)`` marks parameters, and :class:`NoFloat64OnDevice` is active
+    (``report`` as there). Everything is restored on exit. Used by the tests below and by
+    ``.ci/run_chapter_without_float64.py``."""
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.walk_packages(candidate_sampling.__path__, "candidate_sampling."):
+        importlib.import_module(info.name)  # every module that holds a has_float64
+    patched = [(module, module.has_float64) for name, module in list(sys.modules.items())
+               if name.startswith("candidate_sampling") and hasattr(module, "has_float64")]
+    original_to = torch.nn.Module.to
+    try:
+        for module, _ in patched:
+            module.has_float64 = _has_float64
+        torch.nn.Module.to = module_to(original_to)
+        with NoFloat64OnDevice(report=report):
+            yield
+    finally:
+        torch.nn.Module.to = original_to
+        for module, function in patched:
+            module.has_float64 = function
+
+
 @pytest.fixture
-def no_float64(monkeypatch):
-    """Inside: FAKE lacks float64 for the package and for the emulated device."""
-
-    def has_float64(device) -> bool:
-        device = torch.device(device)
-        return device.type != "mps" and device != FAKE
-
-    for name, module in list(sys.modules.items()):
-        if name.startswith("candidate_sampling") and hasattr(module, "has_float64"):
-            monkeypatch.setattr(module, "has_float64", has_float64)
-    monkeypatch.setattr(torch.nn.Module, "to", module_to(torch.nn.Module.to))
-    with NoFloat64OnDevice():
+def no_float64():
+    with device_without_float64():
         yield
 
 
@@ -334,8 +356,6 @@ def test_synthetic_problems(no_float64):
     marginal = planted.item_marginal()  # float64: on the host where the device lacks it
     assert not isinstance(marginal, OnDevice) and marginal.dtype == torch.float64
 
-
-assert candidate_sampling  # the package imports cleanly before any patching
 
 
 def test_a_two_tower_model_trains_with_every_log_q_source(no_float64):

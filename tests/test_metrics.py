@@ -537,3 +537,17 @@ def test_user_bootstrap_nan_and_bad_input():
         user_bootstrap(torch.ones(2, 3), torch.tensor([0, 1]))
     with pytest.raises(ValueError, match="num_resamples"):
         user_bootstrap(torch.ones(3), num_resamples=0)
+
+
+def test_user_bootstrap_refuses_resamples_without_pairs():
+    """Users without pairs are resampled too (a cluster of size 0); a resample made only
+    of them has no mean: a clear error, not a silent NaN (0 / 0)."""
+    values, users = torch.ones(3), torch.zeros(3, dtype=torch.long)
+    with pytest.raises(ValueError, match="without pairs"):
+        user_bootstrap(values, users, num_users=5, num_resamples=200,
+                       generator=torch.Generator().manual_seed(0))
+    # a few users without pairs among many with pairs are fine
+    users = torch.arange(30).repeat(2)
+    draws = user_bootstrap(torch.rand(60, dtype=torch.float64), users, num_users=32,
+                           num_resamples=200, generator=torch.Generator().manual_seed(0))
+    assert bool(torch.isfinite(draws).all())

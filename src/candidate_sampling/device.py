@@ -144,9 +144,16 @@ def has_float64(device: torch.device | str) -> bool:
 
     The package's one test of it: every float64 step asks this (through
     :func:`exact_float64` or :func:`float64_or_float32`), so a device without float64 gets
-    the CPU or float32 path everywhere, never an error from the backend.
+    the CPU or float32 path everywhere, never an error from the backend. ``device``: a
+    ``torch.device`` or a string such as ``"cuda:1"``.
     """
-    return torch.device(device).type != "mps"
+    if not isinstance(device, (torch.device, str)):
+        raise ValueError(f"device must be a torch.device or a string, got {type(device).__name__}")
+    try:
+        device = torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f"device must name a torch device, got {device!r}") from err
+    return device.type != "mps"
 
 
 def exact_float64(tensor: torch.Tensor) -> torch.Tensor:
@@ -157,6 +164,8 @@ def exact_float64(tensor: torch.Tensor) -> torch.Tensor:
     to the CPU there. Move the result back with ``.to(device, dtype)`` when it is needed on
     the device.
     """
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
     device = tensor.device if has_float64(tensor.device) else torch.device("cpu")
     return tensor.to(device=device, dtype=torch.float64)
 

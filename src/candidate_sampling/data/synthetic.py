@@ -38,7 +38,7 @@ from candidate_sampling._validate import (
     check_positive,
     check_tensor,
 )
-from candidate_sampling.device import exact_float64
+from candidate_sampling.device import exact_float64, has_float64
 
 __all__ = [
     "PlantedRetrieval",
@@ -294,7 +294,8 @@ class PlantedRetrieval:
         Costs ``U · |V|`` scores, in chunks of users.
         """
         chunk = self._chunk(chunk_size)
-        total = exact_float64(torch.zeros(self.num_items, device=self.device))
+        host = self.device if has_float64(self.device) else torch.device("cpu")
+        total = torch.zeros(self.num_items, dtype=torch.float64, device=host)
         for start in range(0, self.num_users, chunk):
             rows = torch.arange(start, min(start + chunk, self.num_users), device=self.device)
             scores = self.user_vectors[rows] @ self.item_vectors.T + self.item_bias

@@ -554,7 +554,9 @@ def user_bootstrap(
     count``. The draws are ``torch.randint(num_users, (num_resamples, num_users),
     generator=generator)`` on the CPU, so one ``generator`` seed gives every call the same
     resampled users. Returns float64 (num_resamples,) or (num_resamples, m) on the CPU. A
-    NaN in ``values`` gives NaN (never dropped). Chapters 5, 9 and 10.
+    NaN in ``values`` gives NaN (never dropped); a resample that holds no pair (``num_users``
+    far above the users that have pairs) raises instead of giving 0 / 0. Chapters 5, 9
+    and 10.
     """
     if not isinstance(values, torch.Tensor) or values.dim() not in (1, 2):
         got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
@@ -583,7 +585,14 @@ def user_bootstrap(
     weights = torch.zeros(num_resamples, num_users, dtype=torch.float64).scatter_add_(
         1, draws, torch.ones(num_resamples, num_users, dtype=torch.float64)
     )  # how often each user is drawn
-    estimates = (weights @ per_user.T) / (weights @ pairs)[:, None]  # (R, m)
+    drawn_pairs = weights @ pairs
+    if bool((drawn_pairs == 0).any()):
+        raise ValueError(
+            f"a resample drew only users without pairs ({int((pairs > 0).sum())} of "
+            f"num_users = {num_users} have any): num_users must count the users of the "
+            "test pairs, not more"
+        )
+    estimates = (weights @ per_user.T) / drawn_pairs[:, None]  # (R, m)
     return estimates[:, 0] if values.dim() == 1 else estimates
 
 
