@@ -120,6 +120,26 @@ def test_logistic_terms_match_loop():
     assert float(terms[0, 1]) == 0.0 and bool(torch.isfinite(inf.grad).all())
 
 
+@pytest.mark.parametrize("labels", [1.0, 0.0, 0.5, "tensor"])
+def test_logistic_terms_are_exact_beyond_softplus_threshold(labels):
+    """``F.softplus`` returns o itself for o > 20 (off by e^−o, gradient 1 instead of σ(o));
+    the terms must keep the e^−o part and the gradient σ(o) − y (open_clip's SigLIP loss
+    does, with log σ). The excess over max(o, 0) is compared, where the e^−o lives."""
+    logits = torch.tensor([-35.0, -21.0, 20.5, 25.0, 33.0], dtype=D64, requires_grad=True)
+    y = torch.full((5,), 0.25, dtype=D64) if labels == "tensor" else None
+    terms = logistic_terms(logits, y if y is not None else labels)
+    terms.sum().backward()
+    label = 0.25 if labels == "tensor" else labels
+    for o, term, grad in zip(logits.tolist(), terms.tolist(), logits.grad.tolist()):
+        softplus_excess = math.log1p(math.exp(-abs(o)))  # softplus(o) − max(o, 0)
+        want = max(o, 0.0) + softplus_excess - label * o
+        assert term - (max(o, 0.0) - label * o) == pytest.approx(softplus_excess, rel=1e-12)
+        assert term == pytest.approx(want, rel=1e-15)
+        sigma, sigma_minus = 1 / (1 + math.exp(-o)), 1 / (1 + math.exp(o))
+        want_grad = (1 - label) * sigma - label * sigma_minus  # σ(o) − y, no cancellation
+        assert grad == pytest.approx(want_grad, rel=1e-12, abs=1e-300)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_sample_weight_follows_keras(reduction):
     """Keras: "sum" Σ w ℓ (TFRS), "mean" Σ w ℓ / B (SUM_OVER_BATCH_SIZE), "none" w ℓ."""

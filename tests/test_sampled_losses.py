@@ -11,6 +11,7 @@ accidental hit.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -23,6 +24,7 @@ from torch import nn
 from candidate_sampling.losses import (
     NCELoss,
     SampledSoftmaxLoss,
+    accidental_hits,
     effective_sample_size,
     importance_sampled_log_partition,
     importance_weights,
@@ -755,6 +757,41 @@ def test_modules_draw_then_call_the_functional(cls, fn):
     torch.testing.assert_close(out, via_sets(fn, **problem, draw=draw, temperature=0.5))
     again = module(**problem, generator=gen(3))
     torch.testing.assert_close(out, again)
+
+
+@pytest.mark.parametrize(
+    "cls,fn", [(SampledSoftmaxLoss, sampled_softmax_loss), (NCELoss, nce_loss)]
+)
+def test_modules_pass_repeated_hits_on(cls, fn):
+    """``repeated_hits`` reaches the functional: with draws that repeat a row's positive,
+    "tensorflow" (only the last copy removed) and the default "mask_all" differ, and each
+    equals the functional given the same draw."""
+    problem = make_problem(14, num_classes=8)
+    outs = {}
+    for mode in ("mask_all", "tensorflow"):
+        module = cls(UniformSampler(8), num_samples=24, unique=False,
+                     remove_accidental_hits=True, repeated_hits=mode, reduction="none")
+        outs[mode] = module(**problem, generator=gen(5))
+        draw = module.last_draw
+        want = via_sets(fn, **problem, draw=draw, remove_accidental_hits=True,
+                        repeated_hits=mode, reduction="none")
+        torch.testing.assert_close(outs[mode], want)
+    assert (accidental_hits(draw.positive_ids, draw.ids).sum(1) > 1).any()
+    assert not torch.allclose(outs["mask_all"], outs["tensorflow"])
+    with pytest.raises(ValueError, match="repeated_hits"):
+        cls(UniformSampler(8), 3, repeated_hits="last")
+
+
+def test_positives_of_keeps_the_draw_s_log_q_dtype():
+    """A float64 draw stays float64 in the positive columns, as in ``from_draw``."""
+    problem = make_problem(15, num_classes=20)
+    draw = LogUniformSampler(20).sample(5, generator=gen(6), positive_ids=problem["positive_ids"])
+    draw64 = dataclasses.replace(draw, log_q=draw.log_q.double(),
+                                 positive_log_q=draw.positive_log_q.double())
+    positives = CandidateSet.positives_of(problem["positive_ids"], problem["classes"], draw=draw64)
+    candidates = CandidateSet.from_draw(draw64, problem["classes"])
+    assert positives.log_q.dtype == candidates.log_q.dtype == torch.float64
+    assert torch.equal(positives.log_q, draw64.positive_log_q)
 
 
 def test_module_options_are_keyword_only_and_shown():

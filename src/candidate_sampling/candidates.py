@@ -332,7 +332,8 @@ class CandidateSet:
         flat = positive_ids.reshape(-1)
         out = cls.from_ids(flat, classes, class_bias=class_bias, sparse=sparse)
         if log_q is not None:
-            out = cls(out.embeddings, out.ids, log_q.to(out.device, torch.float32), None, out.bias)
+            # the draw's own dtype, as from_draw keeps it (a float64 draw stays exact)
+            out = cls(out.embeddings, out.ids, log_q.to(out.device), None, out.bias)
         return out
 
     @classmethod

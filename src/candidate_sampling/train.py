@@ -58,7 +58,8 @@ def make_optimizer(
 
     ``"adagrad"``: ``torch.optim.Adagrad`` (sparse-capable). Keras's Adagrad, used by TF
     Recommenders, starts its accumulator at 0.1; PyTorch's at 0 — pass
-    ``initial_accumulator_value=0.1`` to reproduce TF. ``"sgd"``: plain SGD
+    ``initial_accumulator_value=0.1`` for TF's steps (to about 5e-7 relative: Keras adds
+    its epsilon 1e-7 under the square root, PyTorch 1e-10 after it). ``"sgd"``: plain SGD
     (sparse-capable). ``"adam"``: Adam, with ``SparseAdam`` for sparse embeddings.
     """
     check_choice("name", name, OPTIMIZERS)

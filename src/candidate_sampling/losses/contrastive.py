@@ -294,6 +294,9 @@ def supcon_loss(
     L_in ≤ L_out by Jensen. Rows with an empty P(i) get 0 in ``"none"`` and are left out of
     ``"mean"`` (the mean over rows with a positive; 0 with a zero gradient if none has one).
     With two views and ``labels = arange(N).repeat(2)`` both variants equal NT-Xent.
+    "out" is pytorch-metric-learning's ``SupConLoss`` (its default reducer averages over
+    the rows with a positive too), except that PML gives 0 to a row with no *negative*
+    (every other row shares its label); here such a row keeps Khosla et al.'s L_out.
     """
     eye, pos = _same_label_pairs(embeddings, labels)
     check_choice("variant", variant, _SUPCON_VARIANTS)

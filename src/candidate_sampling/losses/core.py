@@ -519,16 +519,19 @@ def logistic_terms(
     if removed is not None:
         removed = removed.to(work.device)
         work = work.masked_fill_(removed, 0.0) if owned else work.masked_fill(removed, 0.0)
+    # softplus(o) = −log σ(−o), exact everywhere: F.softplus returns o itself above its
+    # threshold (o > 20), off by e^−o with gradient 1 instead of σ(o) (open_clip's SigLIP
+    # loss and every float64 reference use log σ)
     if isinstance(labels, (int, float)) and not isinstance(labels, bool):
         if labels == 1:
-            terms = F.softplus(-work)
+            terms = -F.logsigmoid(work)
         elif labels == 0:
-            terms = F.softplus(work)
+            terms = -F.logsigmoid(-work)
         else:
-            terms = F.softplus(work) - labels * work
+            terms = -F.logsigmoid(-work) - labels * work
     else:
-        terms = F.softplus(work) - labels.to(work.dtype) * work
-    if removed is not None:  # softplus keeps its input for backward, not its output
+        terms = -F.logsigmoid(-work) - labels.to(work.dtype) * work
+    if removed is not None:  # log σ keeps its input for backward, not its output
         terms = terms.masked_fill(removed, 0.0)
     return terms
 

@@ -295,8 +295,9 @@ def dclw_positive_weights(positive_scores: torch.Tensor, *, sigma: float = 0.5) 
 
     ``positive_scores``: (B,) the positive pairs' similarities (cosine in Yeh et al. 2022,
     who use σ = 0.5). The weights average to 1 over the batch; pairs that are already
-    close (large ``s_ii``) get less weight. Gradients flow through the weights, as in the
-    public implementations (raminnakhli/Decoupled-Contrastive-Learning, lightly).
+    close (large ``s_ii``) get less weight. Gradients flow through the weights, as in
+    raminnakhli/Decoupled-Contrastive-Learning; lightly's ``DCLWLoss`` computes them from
+    detached embeddings (same value; pass ``positive_scores.detach()`` for its gradient).
     """
     check_tensor("positive_scores", positive_scores, ("B",), floating=True)
     check_positive("sigma", sigma)

@@ -136,6 +136,7 @@ def negative_sampling_loss(
     *,
     temperature: float | Temperature = 1.0,
     remove_accidental_hits: bool = False,
+    repeated_hits: str = "mask_all",
     sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
@@ -149,6 +150,7 @@ def negative_sampling_loss(
         _without_log_q(candidates),
         temperature=temperature,
         remove_accidental_hits=remove_accidental_hits,
+        repeated_hits=repeated_hits,
         sample_weight=sample_weight,
         reduction=reduction,
     )

@@ -283,6 +283,7 @@ class _SampledLoss(_Loss):
         "unique",
         "temperature",
         "remove_accidental_hits",
+        "repeated_hits",
         "subtract_log_q",
         "reduction",
         "sparse",
@@ -296,6 +297,7 @@ class _SampledLoss(_Loss):
         unique: bool = True,
         temperature: float | Temperature = 1.0,
         remove_accidental_hits: bool | None = None,
+        repeated_hits: str = "mask_all",
         subtract_log_q: bool = True,
         reduction: str = "mean",
         sparse: bool = False,
@@ -304,6 +306,7 @@ class _SampledLoss(_Loss):
         if not isinstance(sampler, CandidateSampler):
             raise ValueError(f"sampler must be a CandidateSampler, got {type(sampler).__name__}")
         check_int_range("num_samples", num_samples, 1)
+        check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
         if unique and num_samples > sampler.num_allowed:
             raise ValueError(
                 f"num_samples must be <= the number of drawable classes ({sampler.num_allowed}) "
@@ -315,6 +318,7 @@ class _SampledLoss(_Loss):
         self.num_samples = num_samples
         self.unique = unique
         self.remove_accidental_hits = remove_accidental_hits
+        self.repeated_hits = repeated_hits
         self.subtract_log_q = subtract_log_q
         self.sparse = sparse
         self.last_draw = None
@@ -346,6 +350,7 @@ class _SampledLoss(_Loss):
             candidates,
             temperature=self.temperature,
             remove_accidental_hits=self.remove_accidental_hits,
+            repeated_hits=self.repeated_hits,
             sample_weight=sample_weight,
             reduction=self.reduction,
         )
@@ -355,7 +360,8 @@ class SampledSoftmaxLoss(_SampledLoss):
     """Draws ``num_samples`` candidates per call and applies :func:`sampled_softmax_loss`.
 
     ``SampledSoftmaxLoss(sampler, num_samples, *, unique=True, temperature=1.0,
-    remove_accidental_hits=True, subtract_log_q=True, reduction="mean", sparse=False)``;
+    remove_accidental_hits=True, repeated_hits="mask_all", subtract_log_q=True,
+    reduction="mean", sparse=False)``;
     ``forward(query (B, d), classes, positive_ids (B,) or (B, T), *, class_bias=None,
     sample_weight=None, generator=None)`` → loss, where ``classes`` is a class table
     (|V|, d) or an item encoder. The last draw is kept in ``last_draw``. Chapter 4.

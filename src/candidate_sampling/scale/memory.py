@@ -62,6 +62,12 @@ class CrossBatchMemory:
     queue (``float16`` halves the memory) refuses embeddings it cannot hold: an entry
     beyond ``finfo(dtype).max`` would be stored as ±inf, so :meth:`enqueue` raises instead
     (a value check). Chapter 7.
+
+    pytorch-metric-learning's ``CrossBatchMemory(loss, M)`` holds the last M rows, the
+    current batch's among them, and scores each row against all of them but its own slot:
+    this queue with ``size = M − B``, the batch first, then the queue. One difference: PML's
+    memory, the batch's copy included, passes no gradient to the batch columns; here they
+    carry one (detach the positives passed to :meth:`candidates_for` for PML's gradient).
     """
 
     def __init__(
