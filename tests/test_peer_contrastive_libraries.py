@@ -531,6 +531,23 @@ def test_lightly_dcl_is_decoupled_cross_entropy(lightly_losses, temperature, bat
     assert_same(ours, peer(out0, out1), [out0, out1])
 
 
+def _dcl_both_ways(out0, out1, temperature, **options):
+    """``hard_negative_softmax_loss(..., positive_in_denominator="remove", **options)`` of
+    the unit rows of ``out0`` against their positives ``out1`` plus the ``out0`` rows as
+    extra candidates (row i's own ``out0_i`` has row i's id, so accidental-hit removal drops
+    it), averaged with the other direction: lightly's ``DCLLoss`` layout."""
+    ids = torch.arange(out0.shape[0])
+
+    def one_way(a, b):
+        a, b = F.normalize(a, dim=1), F.normalize(b, dim=1)
+        return hard_negative_softmax_loss(
+            a, CandidateSet(b, ids), CandidateSet(a, ids), temperature=temperature,
+            positive_in_denominator="remove", **options,
+        )
+
+    return 0.5 * (one_way(out0, out1) + one_way(out1, out0))
+
+
 @pytest.mark.parametrize("batch", [2, 6])
 @pytest.mark.parametrize("temperature", [0.07, 0.5])
 def test_lightly_dcl_is_hard_negative_softmax_loss_remove(lightly_losses, temperature, batch):
@@ -543,16 +560,7 @@ def test_lightly_dcl_is_hard_negative_softmax_loss_remove(lightly_losses, temper
     too, normalisation's Jacobian included)."""
     out0 = leaf(batch, 4, seed=23, normalised=False)
     out1 = leaf(batch, 4, seed=24, normalised=False)
-    ids = torch.arange(batch)
-
-    def one_way(a, b):
-        a, b = F.normalize(a, dim=1), F.normalize(b, dim=1)
-        return hard_negative_softmax_loss(
-            a, CandidateSet(b, ids), CandidateSet(a, ids), temperature=temperature,
-            positive_in_denominator="remove",
-        )
-
-    ours = 0.5 * (one_way(out0, out1) + one_way(out1, out0))
+    ours = _dcl_both_ways(out0, out1, temperature)
     peer = lightly_losses.DCLLoss(temperature=temperature)
     assert_same(ours, peer(out0, out1), [out0, out1])
 
@@ -593,16 +601,7 @@ def test_lightly_dclw_value_is_hard_negative_softmax_loss_dclw(lightly_losses, t
     batch = 5
     out0 = leaf(batch, 4, seed=27, normalised=False)
     out1 = leaf(batch, 4, seed=28, normalised=False)
-    ids = torch.arange(batch)
-
-    def one_way(a, b):
-        a, b = F.normalize(a, dim=1), F.normalize(b, dim=1)
-        return hard_negative_softmax_loss(
-            a, CandidateSet(b, ids), CandidateSet(a, ids), temperature=temperature,
-            positive_in_denominator="remove", dclw_sigma=sigma,
-        )
-
-    ours = 0.5 * (one_way(out0, out1) + one_way(out1, out0))
+    ours = _dcl_both_ways(out0, out1, temperature, dclw_sigma=sigma)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         got = lightly_losses.DCLWLoss(temperature=temperature, sigma=sigma)(out0, out1)
@@ -623,15 +622,7 @@ def test_lightly_detaches_dclw_weights_the_package_does_not(lightly_losses, rout
         weights = _dclw_weights(out0, out1, sigma, detach=False)
         ours = decoupled_cross_entropy(logits, twins, positive_weight=weights).mean()
     else:
-        ids = torch.arange(batch)
-        u0, u1 = F.normalize(out0, dim=1), F.normalize(out1, dim=1)
-        ours = 0.5 * sum(
-            hard_negative_softmax_loss(
-                a, CandidateSet(b, ids), CandidateSet(a, ids), temperature=temperature,
-                positive_in_denominator="remove", dclw_sigma=sigma,
-            )
-            for a, b in ((u0, u1), (u1, u0))
-        )
+        ours = _dcl_both_ways(out0, out1, temperature, dclw_sigma=sigma)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         got = lightly_losses.DCLWLoss(temperature=temperature, sigma=sigma)(out0, out1)

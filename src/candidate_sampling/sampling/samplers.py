@@ -460,7 +460,9 @@ def build_alias_table(weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
 class UnigramSampler(CandidateSampler):
     """Unigram proposal from counts: ``p(y) ∝ counts[y] ** distortion`` (word2vec: 0.75).
 
-    ``counts``: (|V|,) positive finite counts (add one to unseen ids, or exclude them).
+    TF's ``fixed_unigram_candidate_sampler`` defaults to ``distortion=1.0``: pass it for
+    TF's default. ``counts``: (|V|,) positive finite counts (add one to unseen ids, or
+    exclude them).
     Drawn in O(1) per sample from a Walker alias table (:func:`build_alias_table`),
     built once in O(|V| log |V|) vectorised float64 work. Chapters 2–4.
     """
