@@ -30,7 +30,10 @@ Run with the peers installed (``requirements-peers.txt``; ``.ci/run_peers`` does
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import math
+import os
 import sys
 import types
 import warnings
@@ -66,13 +69,27 @@ TOL = {"rtol": 1e-10, "atol": 1e-10}
 # --------------------------------------------------------------------------- the peers
 
 
+def _peer_missing(reason: str) -> None:
+    """Skip, or fail where CI installed the peers (``CANDIDATE_SAMPLING_REQUIRE_PEERS=1``,
+    set by ``.ci/run``): a peer that stopped importing must not pass as a skip."""
+    if os.environ.get("CANDIDATE_SAMPLING_REQUIRE_PEERS"):
+        pytest.fail(f"{reason} (CANDIDATE_SAMPLING_REQUIRE_PEERS is set)")
+    pytest.skip(reason)
+
+
+def _peer_import(name: str) -> types.ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:
+        _peer_missing(f"{name} does not import: {error}")
+
+
 @pytest.fixture(scope="module")
 def pml():
     """pytorch-metric-learning's losses, reducers and distances (skips if not installed)."""
-    pytest.importorskip("pytorch_metric_learning")
-    losses = pytest.importorskip("pytorch_metric_learning.losses")
-    reducers = pytest.importorskip("pytorch_metric_learning.reducers")
-    distances = pytest.importorskip("pytorch_metric_learning.distances")
+    losses = _peer_import("pytorch_metric_learning.losses")
+    reducers = _peer_import("pytorch_metric_learning.reducers")
+    distances = _peer_import("pytorch_metric_learning.distances")
     return types.SimpleNamespace(losses=losses, reducers=reducers, distances=distances)
 
 
@@ -94,10 +111,10 @@ def open_clip_loss():
     """
     spec = importlib.util.find_spec("open_clip")
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip("open_clip_torch is not installed")
+        _peer_missing("open_clip_torch is not installed")
     path = Path(next(iter(spec.submodule_search_locations))) / "loss.py"
     if not path.is_file():
-        pytest.skip(f"open_clip has no loss.py at {path}")
+        _peer_missing(f"open_clip has no loss.py at {path}")
     name = "_peer_open_clip_loss"
     try:
         return _load_by_path(name, path)
@@ -120,8 +137,7 @@ def lightly_losses():
     real name. Afterwards every one of those entries is put back as it was: the loaded
     classes keep their own module globals and need no ``sys.modules`` entry.
     """
-    pytest.importorskip("lightly")
-    pytest.importorskip("lightly.utils.dist")
+    _peer_import("lightly.utils.dist")
     root = Path(next(iter(importlib.util.find_spec("lightly").submodule_search_locations)))
 
     def no_gather(*_args, **_kwargs):
@@ -364,6 +380,18 @@ def test_pml_supcon_is_supcon_out(pml, temperature, labels, normalised, reductio
         got = got["loss"]["losses"]
     ours = supcon_loss(emb, labels, temperature=temperature, variant="out", reduction=reduction)
     assert_same(ours, got, [emb])
+
+
+def test_pml_supcon_without_a_negative_pair_is_zero_the_package_is_l_out(pml):
+    """The documented difference (``supcon_loss``' docstring): with one label for the whole
+    batch no pair is negative, and PML returns 0; the package keeps Khosla et al.'s L_out,
+    here ``log(n − 1)`` for identical rows (every other row is a positive of equal logit)."""
+    n = 5
+    emb = torch.ones(n, 3, dtype=D64)
+    labels = torch.zeros(n, dtype=torch.int64)
+    assert float(pml.losses.SupConLoss(temperature=0.1)(emb, labels)) == 0.0
+    ours = supcon_loss(emb, labels, temperature=0.1, variant="out")
+    torch.testing.assert_close(ours, torch.tensor(math.log(n - 1), dtype=D64), **TOL)
 
 
 # --------------------------------------------------------------------------- PML memory

@@ -295,8 +295,8 @@ def supcon_loss(
     ``"mean"`` (the mean over rows with a positive; 0 with a zero gradient if none has one).
     With two views and ``labels = arange(N).repeat(2)`` both variants equal NT-Xent.
     "out" is pytorch-metric-learning's ``SupConLoss`` (its default reducer averages over
-    the rows with a positive too), except that PML gives 0 to a row with no *negative*
-    (every other row shares its label); here such a row keeps Khosla et al.'s L_out.
+    the rows with a positive too), except that PML returns 0 for the whole batch when no
+    pair in it is negative (one label for all); here each row keeps Khosla et al.'s L_out.
     """
     eye, pos = _same_label_pairs(embeddings, labels)
     check_choice("variant", variant, _SUPCON_VARIANTS)
