@@ -579,13 +579,10 @@ def _dcl_both_ways(out0, out1, temperature, **options):
 @pytest.mark.parametrize("batch", [2, 6])
 @pytest.mark.parametrize("temperature", [0.07, 0.5])
 def test_lightly_dcl_is_hard_negative_softmax_loss_remove(lightly_losses, temperature, batch):
-    """The same loss through the composed in-batch loss: ``hard_negative_softmax_loss(...,
-    positive_in_denominator="remove")`` of ``out0`` against its positives ``out1`` plus
-    the ``out0`` rows as extra candidates (row i's own ``out0_i`` has row i's id, so
-    accidental-hit removal drops it) is lightly's one-way ``_loss``; the two directions
-    averaged are ``DCLLoss``. The composed loss scores dot products, so it is fed
-    ``F.normalize`` of the leaves, as lightly normalises them (the gradients then agree
-    too, normalisation's Jacobian included)."""
+    """The same loss through the composed in-batch loss (:func:`_dcl_both_ways`): each
+    direction is lightly's one-way ``_loss``, their mean ``DCLLoss``. The composed loss
+    scores dot products, so it gets the unit rows, as lightly normalises them (the
+    gradients then agree too, normalisation's Jacobian included)."""
     out0 = leaf(batch, 4, seed=23, normalised=False)
     out1 = leaf(batch, 4, seed=24, normalised=False)
     ours = _dcl_both_ways(out0, out1, temperature)

@@ -126,10 +126,10 @@ def test_logistic_terms_are_exact_beyond_softplus_threshold(labels):
     the terms must keep the e^−o part and the gradient σ(o) − y (open_clip's SigLIP loss
     does, with log σ). The excess over max(o, 0) is compared, where the e^−o lives."""
     logits = torch.tensor([-35.0, -21.0, 20.5, 25.0, 33.0], dtype=D64, requires_grad=True)
-    y = torch.full((5,), 0.25, dtype=D64) if labels == "tensor" else None
-    terms = logistic_terms(logits, y if y is not None else labels)
-    terms.sum().backward()
     label = 0.25 if labels == "tensor" else labels
+    terms = logistic_terms(logits, torch.full((5,), label, dtype=D64) if labels == "tensor"
+                           else label)
+    terms.sum().backward()
     for o, term, grad in zip(logits.tolist(), terms.tolist(), logits.grad.tolist()):
         softplus_excess = math.log1p(math.exp(-abs(o)))  # softplus(o) − max(o, 0)
         want = max(o, 0.0) + softplus_excess - label * o
