@@ -20,6 +20,8 @@ Benchmarks (the book's "Benchmarks" appendix explains each one):
 ``chunked``    the exact softmax in chunks (chapter 10) against the full logits, torch's
                ``F.linear_cross_entropy`` and sampled softmax: time and own peak memory
                against N and |V|;
+``evaluation`` exact full-catalogue ranks of test pairs, grouped by user (the CPU's
+               schedule) vs one score row per pair (a GPU's), same ranks;
 ``book``       execution time of every chapter (skipped by ``--quick`` unless named in
                ``--only``).
 
@@ -70,6 +72,7 @@ BENCHMARKS = (
     "negatives",
     "mining",
     "chunked",
+    "evaluation",
     "book",
 )
 
@@ -163,6 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
         book,
         catalogue,
         chunked,
+        evaluation,
         floor,
         mining,
         negatives,
@@ -203,6 +207,7 @@ def main(argv: list[str] | None = None) -> dict:
         "negatives": negatives,
         "mining": mining,
         "chunked": chunked,
+        "evaluation": evaluation,
         "book": book,
     }
     # a run of a subset (--only) keeps the other benchmarks' entries of an earlier run

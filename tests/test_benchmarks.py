@@ -369,6 +369,26 @@ def test_chunked_smoke_run_writes_json_markdown_and_every_arm(tmp_path):
     assert tiny["arms"] == {} and all("memory budget" in why for why in tiny["skipped"].values())
 
 
+def test_evaluation_smoke_run_times_both_schedules_on_every_shape(tmp_path):
+    from benchmarks import evaluation
+
+    result = evaluation.run(tmp_path, quick=True, smoke=True)
+    assert (tmp_path / "evaluation.json").exists() and (tmp_path / "evaluation.md").exists()
+    assert {(r["shape"], r["schedule"]) for r in result["rows"]} == {
+        (shape, schedule) for shape in evaluation.SHAPES for schedule in evaluation.SCHEDULES
+    }
+    assert set(result["ratios"]) == {
+        f"rank_by_chunk_vs_by_user_time@{shape}" for shape in evaluation.SHAPES
+    }
+    assert all(math.isfinite(v) and v > 0 for v in result["ratios"].values())
+    for shape in evaluation.SHAPES:  # one schedule is the default on each shape
+        assert sum(r["default"] for r in result["rows"] if r["shape"] == shape) == 1
+    # the one-pair-per-user shape has one pair per user, the others several
+    users, _, pairs, _ = evaluation.SMOKE_SHAPES["one_pair_per_user"]
+    several_users, _, several_pairs, _ = evaluation.SMOKE_SHAPES["chapter9"]
+    assert users == pairs and several_pairs > several_users
+
+
 def test_repeats_report_every_ratio_over_the_runs(tmp_path, monkeypatch, capsys):
     """``--repeats 2``: each ratio's median over both runs, with the values and min-max."""
     measured = iter([2.0, 4.0])

@@ -86,6 +86,47 @@ def test_cpu_score_budget_changes_the_chunks_not_the_ranks(monkeypatch, budget):
     got = ranks_from_scores(ue @ ie.T, user_index, positive_ids, known=known)
     assert torch.equal(got, want)
 
+
+@pytest.mark.parametrize("budget", [1, 64, 1 << 21])
+@pytest.mark.parametrize("chunk", [1, 3, 1000])
+def test_both_rank_schedules_count_every_pair_against_its_users_row(monkeypatch, budget, chunk):
+    """By user (the CPU's: pairs grouped by user, one row per user) and by chunk (a GPU's:
+    one row per pair) give the loop's ranks, pairs in any order, users with one pair, many
+    or none, known items removed but never the positive, a NaN item counted against."""
+    from candidate_sampling.eval import metrics
+
+    monkeypatch.setattr(metrics, "CPU_SCORES_PER_CHUNK", budget)
+    g = torch.Generator().manual_seed(11)
+    scores = torch.randn(9, 30, generator=g, dtype=torch.float64)
+    scores[4, 7] = float("nan")
+    users = torch.tensor([4, 0, 4, 8, 4, 0, 2, 2, 4, 8, 6, 0])  # 1, 3, 5, 7: no pair
+    positives = torch.tensor([7, 3, 2, 29, 9, 3, 0, 11, 7, 5, 6, 18])
+    seen_u, seen_i = _seen(seed=4, users=9, items=30, n=80)
+    known = KnownPairs(seen_u, seen_i, num_items=30)
+    want = []
+    for u, t in zip(users.tolist(), positives.tolist()):
+        row = scores[u].clone()  # the known items at -inf, the positive kept
+        row[[int(i) for uu, i in zip(seen_u, seen_i) if int(uu) == u and int(i) != t]] = -math.inf
+        want.append(sum(1 for y in range(30) if not row[y] <= row[t]))
+    for by_user in (True, False):
+        got = metrics._ranks_of_pairs(
+            lambda u: scores[u], users, positives, known, chunk, 30, by_user=by_user
+        )
+        assert got.tolist() == want, by_user
+    assert want[0] == 30 and want[2] >= 1  # a NaN positive ranks last; a NaN item counts
+    # the default: by user for long rows and two pairs a user or more, by chunk otherwise
+    ten_each, one_each = torch.arange(50).repeat(10), torch.arange(50)
+    long_rows = metrics._BY_USER_MIN_ITEMS
+    assert metrics._by_user_by_default(ten_each, long_rows)
+    assert not metrics._by_user_by_default(ten_each, long_rows - 1)
+    assert not metrics._by_user_by_default(one_each, long_rows)
+    empty = torch.zeros(0, dtype=torch.int64)
+    for by_user in (True, False):
+        got = metrics._ranks_of_pairs(
+            lambda u: scores[u], empty, empty, known, chunk, 30, by_user=by_user
+        )
+        assert got.shape == (0,) and got.dtype == torch.int64
+
 def test_metrics_match_loop():
     ranks = torch.tensor([0, 3, 12, 1, 50])
     users = torch.tensor([0, 0, 1, 2, 2])

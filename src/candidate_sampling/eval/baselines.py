@@ -34,7 +34,7 @@ from candidate_sampling._validate import (
 )
 from candidate_sampling.device import exact_float64, float64_or_float32
 from candidate_sampling.eval.known_pairs import KnownPairs, check_known
-from candidate_sampling.eval.metrics import _rows_per_chunk, check_pairs, count_above
+from candidate_sampling.eval.metrics import _ranks_of_pairs, check_pairs, count_above
 
 __all__ = [
     "ease_scores",
@@ -168,8 +168,9 @@ def ranks_from_scores(
     the training interactions) removed from the ranking; the positive itself is never
     removed. ``user_index``: (n,) rows of ``scores``; ``positive_ids``: (n,) held-out
     items. Works in chunks of ``chunk_size`` positives (on the CPU, of at most
-    :data:`~candidate_sampling.eval.metrics.CPU_SCORES_PER_CHUNK` scores; each chunk's rows
-    are copied, the matrix never is).
+    :data:`~candidate_sampling.eval.metrics.CPU_SCORES_PER_CHUNK` scores; for a large
+    catalogue, in chunks of users, each user's row copied once for all of that user's
+    positives). The matrix itself is never copied or changed.
 
     ``candidate_ids``: optional ``(n, m)`` item ids; the positive is then ranked among its
     row's ``m`` candidates only (the sampled protocol of
@@ -183,21 +184,14 @@ def ranks_from_scores(
     check_int_range("chunk_size", chunk_size, 1)
     device = scores.device
     users, targets = user_index.to(device), positive_ids.to(device)
-    target_score = scores[users, targets]
     with torch.no_grad():
         if candidate_ids is not None:
             check_tensor("candidate_ids", candidate_ids, (users.shape[0], "m"), floating=False)
             check_ids("candidate_ids", candidate_ids, num_items)
+            target_score = scores[users, targets]
             return count_above(scores[users[:, None], candidate_ids.to(device)], target_score)
-        out = [torch.zeros(0, dtype=torch.int64, device=device)]
-        step = _rows_per_chunk(chunk_size, num_items, device)
-        for start in range(0, users.shape[0], step):
-            u = users[start : start + step]
-            rows = scores[u]  # a copy: the known items are filled in it, not in scores
-            if known is not None:
-                known.fill_(rows, u)
-            out.append(count_above(rows, target_score[start : start + step]))
-    return torch.cat(out)
+        # scores[u] is a copy: the known items are filled in it, not in scores
+        return _ranks_of_pairs(lambda u: scores[u], users, targets, known, chunk_size, num_items)
 
 
 def top_k_from_scores(
