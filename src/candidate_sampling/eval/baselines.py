@@ -169,8 +169,9 @@ def ranks_from_scores(
     removed. ``user_index``: (n,) rows of ``scores``; ``positive_ids``: (n,) held-out
     items. Works in chunks of ``chunk_size`` positives (on the CPU, of at most
     :data:`~candidate_sampling.eval.metrics.CPU_SCORES_PER_CHUNK` scores; for a large
-    catalogue, in chunks of users, each user's row copied once for all of that user's
-    positives). The matrix itself is never copied or changed.
+    catalogue and two positives a user or more on average, in chunks of users, each user's
+    row copied once for all of that user's positives). The matrix itself is never copied
+    or changed.
 
     ``candidate_ids``: optional ``(n, m)`` item ids; the positive is then ranked among its
     row's ``m`` candidates only (the sampled protocol of

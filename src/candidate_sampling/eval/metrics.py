@@ -210,15 +210,18 @@ def _ranks_of_pairs(
 
     ``score_rows(u)``: fresh ``(len(u), |V|)`` score rows of the users ``u``, which this
     function may overwrite (the items of ``known`` are filled in them after the positives'
-    scores are read). Two schedules, the same ranks. By chunk: each chunk of
-    ``chunk_size`` pairs gets its own rows, a few large launches. By user: the pairs are
-    grouped by user, a user's row is made once for all of that user's pairs, and each pair
-    is counted against it through a broadcast view (no ``(pairs, |V|)`` copy; the row stays
-    in cache), one small launch per user. ``by_user=None`` picks by user on the CPU for
-    rows of at least :data:`_BY_USER_MIN_ITEMS` items and two pairs a user or more, by
-    chunk otherwise (a GPU always: it prefers few large launches).
+    scores are read). Two schedules, the same ranks up to the rounding of the rows (a
+    matrix product may round a row differently in a batch of another size; rows copied from
+    one matrix are the same bits). By chunk: each chunk of ``chunk_size`` pairs gets its own
+    rows, a few large launches. By user: the pairs are grouped by user, a user's row is made
+    once for all of that user's pairs, and the pairs are counted against it through a
+    broadcast view, at most a chunk's worth at a time (memory stays that of a chunk; the
+    row stays in cache), one small launch per user. ``by_user=None`` picks by user on the
+    CPU for rows of at least :data:`_BY_USER_MIN_ITEMS` items and two pairs a user or more
+    on average, by chunk otherwise (a GPU always: it prefers few large launches).
     """
     device = users.device
+    users, targets = users.long(), targets.long()  # gather takes int64 ids on every torch
     step = _rows_per_chunk(chunk_size, num_items, device)
     ranks = torch.empty(users.shape[0], dtype=torch.int64, device=device)
     if by_user is None:
@@ -247,9 +250,11 @@ def _ranks_of_pairs(
         target_score = rows[row_of_pair, targets[lo:hi]]
         if known is not None:
             known.fill_(rows, u)
-        for j in range(u.shape[0]):
-            a, b = bounds[first + j], bounds[first + j + 1]
-            grouped[a:b] = _count_above(rows[j].expand(b - a, -1), target_score[a - lo : b - lo])
+        for j in range(u.shape[0]):  # a user's pairs, at most `step` at a time (memory)
+            for a in range(bounds[first + j], bounds[first + j + 1], step):
+                b = min(a + step, bounds[first + j + 1])
+                view = rows[j].expand(b - a, -1)
+                grouped[a:b] = _count_above(view, target_score[a - lo : b - lo])
     ranks[order] = grouped
     return ranks
 
@@ -271,8 +276,9 @@ def positive_ranks(
     whose items are removed from that user's ranking (the positive itself is never
     removed). Returns (n,) int64 on the embeddings' device. Works in chunks of
     ``chunk_size`` interactions (on the CPU, of at most :data:`CPU_SCORES_PER_CHUNK`
-    scores; for a large catalogue, in chunks of users, each user's scores computed once for
-    all of that user's interactions). NaN embeddings raise (module docstring). Chapter 5.
+    scores; for a large catalogue and two interactions a user or more on average, in chunks
+    of users, each user's scores computed once for all of that user's interactions). NaN
+    embeddings raise (module docstring). Chapter 5.
     """
     _check_embeddings_and_pairs(user_embeddings, item_embeddings, user_index, positive_ids, known)
     check_int_range("chunk_size", chunk_size, 1)
