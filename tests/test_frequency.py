@@ -7,7 +7,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from candidate_sampling.sampling.hashing import draw_hash_parameters, universal_hash
+from candidate_sampling.sampling.hashing import (
+    MERSENNE_PRIME,
+    draw_hash_parameters,
+    universal_hash,
+)
 from candidate_sampling.sampling.frequency import (
     StreamingFrequencyEstimator,
     inclusion_probability,
@@ -232,3 +236,52 @@ def test_multi_hash_estimate_is_one_over_the_largest_gap_under_collisions():
         expected[i] = 1.0 / max(max(gaps), 1.0)
     torch.testing.assert_close(est.estimate(ids).double(), expected, rtol=1e-6, atol=0)
     assert (buckets[:, 0, None] == buckets[None, :, 0]).sum() > 40  # collisions happen
+
+
+
+def _plain_round_inverse(value: int, multiplier: int, shift: int) -> int:
+    """The input of one scramble round (multiply mod P, then xor-shift) that gives ``value``."""
+    z = value
+    for _ in range(31 // shift + 1):  # z ^ (z >> shift) = value, solved by iteration
+        z = value ^ (z >> shift)
+    return z * pow(multiplier, -1, MERSENNE_PRIME) % MERSENNE_PRIME
+
+
+def test_scramble_is_a_bijection_of_0_to_p_including_the_walked_values():
+    """The ids are scrambled by a fixed bijection of [0, P) before hashing, so distinct ids
+    stay distinct (Carter–Wegman's guarantee is kept). The two ids whose plain round would
+    land on 2^31 − 1, outside [0, P), are walked once more; both are checked explicitly."""
+    from candidate_sampling.sampling.hashing import _SCRAMBLE_ROUNDS, _scramble_ids
+
+    first, second = _SCRAMBLE_ROUNDS
+    walked_in_first = _plain_round_inverse(MERSENNE_PRIME, *first)
+    walked_in_second = _plain_round_inverse(_plain_round_inverse(MERSENNE_PRIME, *second), *first)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.cat([
+        torch.arange(1_000_000),
+        torch.arange(MERSENNE_PRIME - 1_000_000, MERSENNE_PRIME),
+        torch.randint(0, MERSENNE_PRIME, (1_000_000,), generator=gen),
+        torch.tensor([walked_in_first, walked_in_second]),
+    ]).unique()
+    out = _scramble_ids(ids)
+    assert out.shape == ids.shape and out.dtype == torch.int64
+    assert int(out.min()) >= 0 and int(out.max()) < MERSENNE_PRIME
+    assert out.unique().numel() == ids.numel()
+    # the walked ids really are the edge cases: their plain rounds leave [0, P)
+    y = walked_in_first * first[0] % MERSENNE_PRIME
+    assert y ^ (y >> first[1]) == MERSENNE_PRIME
+
+
+def test_hash_of_consecutive_ids_fills_buckets_as_a_random_function():
+    """Ids 0..n-1 (an arithmetic progression) used to crowd into a fraction of the buckets
+    for about one draw of (a, b) in six (the worst of 2,000: 90 of 4,000 buckets). A random
+    function fills 885 ± 9 buckets with 1,000 ids; every draw must come within 7 sd."""
+    ids = torch.arange(1000)
+    expected = 4000 * (1 - (1 - 1 / 4000) ** 1000)
+    sd = (4000 * math.exp(-0.25) * (1 - 1.25 * math.exp(-0.25))) ** 0.5
+    filled = [
+        universal_hash(ids, draw_hash_parameters(1, seed), 4000).unique().numel()
+        for seed in range(300)
+    ]
+    assert min(filled) > expected - 7 * sd, min(filled)
+    assert abs(sum(filled) / len(filled) - expected) < 2 * sd

@@ -32,7 +32,9 @@ def test_hashing_keeps_most_items_distinct():
     tower = ItemTower(2000, 8, num_hashes=2, num_buckets=100)
     emb = tower.all_items()
     distinct = torch.unique(emb.detach(), dim=0).shape[0]
-    assert distinct > 1900  # two items coincide only if they collide under both hashes
+    # two items coincide only if they collide under both hashes: 2,000 ids in 100 x 100
+    # bucket pairs fill 10^4 (1 - e^-0.2) = 1,813 +- 12 of them, as a random function does
+    assert distinct > 1813 - 5 * 12
 
 
 def test_user_tower_history_mean_ignores_padding():
