@@ -192,7 +192,7 @@ def test_bad_inputs():
         est.update(torch.tensor([10]))
     with pytest.raises(ValueError, match="ids must be an integer"):
         est.update(torch.tensor([1.0]))
-    with pytest.raises(ValueError, match="ids must be non-negative"):
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, 10\)"):
         est.estimate(torch.tensor([-1]))
     assert math.isfinite(float(est.estimate(torch.tensor([3]))))
 
@@ -285,3 +285,19 @@ def test_hash_of_consecutive_ids_fills_buckets_as_a_random_function():
     ]
     assert min(filled) > expected - 7 * sd, min(filled)
     assert abs(sum(filled) / len(filled) - expected) < 2 * sd
+
+
+def test_hash_names_ids_outside_its_range():
+    """The hash is exact for ids in [0, 2^31 - 1) only (a bijection there, no overflow):
+    negative, larger and float ids are errors naming ``ids``, at the hash itself and
+    through the hashed estimator (which used to hash 2^40 silently)."""
+    params = draw_hash_parameters(2, seed=0)
+    for bad in (torch.tensor([-1]), torch.tensor([MERSENNE_PRIME]), torch.tensor([2**40])):
+        with pytest.raises(ValueError, match=r"ids must lie in \[0, 2147483647\)"):
+            universal_hash(bad, params, 100)
+        with pytest.raises(ValueError, match=r"ids must lie in \[0, 2147483647\)"):
+            StreamingFrequencyEstimator(100, num_hashes=2).update(bad)
+    with pytest.raises(ValueError, match="ids must be an integer tensor"):
+        universal_hash(torch.tensor([1.5]), params, 100)
+    edge = universal_hash(torch.tensor([MERSENNE_PRIME - 1]), params, 100)
+    assert edge.shape == (1, 2) and int(edge.min()) >= 0 and int(edge.max()) < 100

@@ -184,3 +184,14 @@ def test_user_tower_cpu_mean_matches_embedding_bag_value_and_gradient():
     (our_grad,) = torch.autograd.grad((ours * g).sum(), weight)
     torch.testing.assert_close(our_grad, ref_grad, atol=1e-6, rtol=1e-5)
     assert float(our_grad[50].abs().max()) == 0.0  # the padding row never learns
+
+
+def test_hashed_item_tower_checks_its_ids_and_catalogue_against_the_hash_range():
+    with pytest.raises(ValueError, match="num_items must be <= 2"):
+        ItemTower(2**31, 4, num_hashes=2, num_buckets=16)
+    tower = ItemTower(100, 4, num_hashes=2, num_buckets=16)
+    with pytest.raises(ValueError, match=r"item_ids must lie in \[0, 100\)"):
+        tower.rows(torch.tensor([100]))
+    with pytest.raises(ValueError, match=r"item_ids must lie in \[0, 100\)"):
+        tower(torch.tensor([-1]))
+    assert torch.equal(tower.rows(torch.arange(100)), tower._rows(torch.arange(100)))

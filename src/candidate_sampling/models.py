@@ -32,7 +32,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from candidate_sampling.sampling.hashing import draw_hash_parameters, universal_hash
+from candidate_sampling.sampling.hashing import (
+    MERSENNE_PRIME,
+    _hash_unchecked,
+    draw_hash_parameters,
+)
 from candidate_sampling._validate import (
     check_ids,
     check_int_range,
@@ -95,6 +99,11 @@ class ItemTower(nn.Module):
             if num_buckets is None:
                 raise ValueError("num_buckets must be given when num_hashes >= 1")
             check_int_range("num_buckets", num_buckets, 1)
+            if num_items > MERSENNE_PRIME:  # the hash takes ids in [0, 2^31 - 1)
+                raise ValueError(
+                    f"num_items must be <= 2^31 - 1 = {MERSENNE_PRIME} with hashing "
+                    f"(num_hashes >= 1), got {num_items}"
+                )
             self.num_buckets = num_buckets
             self.register_buffer("hash_params", draw_hash_parameters(num_hashes, seed))
             self.register_buffer("offsets", torch.arange(num_hashes) * num_buckets)
@@ -105,14 +114,19 @@ class ItemTower(nn.Module):
 
     def rows(self, item_ids: torch.Tensor) -> torch.Tensor:
         """``(*ids.shape, num_hashes)`` table rows of each id (hashing trick only)."""
-        return universal_hash(item_ids, self.hash_params, self.num_buckets) + self.offsets
+        check_ids("item_ids", item_ids, self.num_items)
+        return self._rows(item_ids)
+
+    def _rows(self, item_ids: torch.Tensor) -> torch.Tensor:
+        """:meth:`rows` of ids already checked against ``[0, num_items)``."""
+        return _hash_unchecked(item_ids, self.hash_params, self.num_buckets) + self.offsets
 
     def forward(self, item_ids: torch.Tensor) -> torch.Tensor:
         """``item_ids``: any shape of ids in ``[0, num_items)`` → ``(*shape, d)``."""
         check_ids("item_ids", item_ids, self.num_items)
         if self.num_hashes == 0:
             return self.embedding(item_ids)
-        flat = self.rows(item_ids.reshape(-1))  # (n, m)
+        flat = self._rows(item_ids.reshape(-1))  # (n, m)
         return self.embedding(flat).reshape(*item_ids.shape, self.dim)
 
     def all_items(self) -> torch.Tensor:
@@ -279,7 +293,7 @@ class SharedHistoryTower(nn.Module):
         ids = history.clamp_min(0)
         weight = tower.embedding.weight
         if tower.num_hashes:  # each item is the sum of its buckets' rows
-            rows = tower.rows(ids).reshape(ids.shape[0], -1)  # (B, L·m)
+            rows = tower._rows(ids).reshape(ids.shape[0], -1)  # (B, L·m)
             keep_rows = keep.repeat_interleave(tower.num_hashes, dim=1)
         else:
             rows, keep_rows = ids, keep

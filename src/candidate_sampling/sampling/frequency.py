@@ -297,18 +297,11 @@ class StreamingFrequencyEstimator:
         self.step = 0
 
     def buckets(self, ids: torch.Tensor) -> torch.Tensor:
-        """``(*ids.shape, num_hashes)`` bucket indices of ``ids``."""
-        if ids.is_floating_point() or ids.dtype == torch.bool:
-            raise ValueError(f"ids must be an integer tensor of ids, got {ids.dtype}")
-        if get_validate_args() and ids.numel() and int(ids.min()) < 0:
-            raise ValueError(f"ids must be non-negative, got min {int(ids.min())}")
+        """``(*ids.shape, num_hashes)`` bucket indices of ``ids``: ids in ``[0, num_buckets)``
+        with ``hash_ids=False``, else in the hash's range ``[0, 2^31 − 1)``."""
         ids = ids.to(self.device)
         if not self.hash_ids:
-            if get_validate_args() and ids.numel() and int(ids.max()) >= self.num_buckets:
-                raise ValueError(
-                    f"ids must lie in [0, {self.num_buckets}) when hash_ids=False, "
-                    f"got max {int(ids.max())}"
-                )
+            check_ids("ids", ids, self.num_buckets)
             return ids.to(torch.int64).unsqueeze(-1)
         return universal_hash(ids, self.hash_params, self.num_buckets)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from candidate_sampling._validate import check_int_range
+from candidate_sampling._validate import check_ids, check_int_range
 
 MERSENNE_PRIME = 2**31 - 1
 
@@ -57,9 +57,17 @@ def draw_hash_parameters(num_hashes: int, seed: int = 0) -> torch.Tensor:
 def universal_hash(ids: torch.Tensor, params: torch.Tensor, num_buckets: int) -> torch.Tensor:
     """Hash ``ids`` (any shape, int64 in [0, 2^31 − 1)) with every ``(a, b)`` row of ``params``.
 
-    Returns ``(*ids.shape, num_hashes)`` bucket indices in ``[0, num_buckets)``.
+    Returns ``(*ids.shape, num_hashes)`` bucket indices in ``[0, num_buckets)``. An id
+    outside ``[0, P)`` is an error (a value check): the scramble is a bijection of that
+    range only, and larger products would overflow int64.
     """
     check_int_range("num_buckets", num_buckets, 1)
+    check_ids("ids", ids, MERSENNE_PRIME)
+    return _hash_unchecked(ids, params, num_buckets)
+
+
+def _hash_unchecked(ids: torch.Tensor, params: torch.Tensor, num_buckets: int) -> torch.Tensor:
+    """:func:`universal_hash` for callers that checked ``ids`` against a range in [0, P)."""
     x = _scramble_ids(ids.to(torch.int64)).unsqueeze(-1)
     a = params[:, 0].to(x.device)
     b = params[:, 1].to(x.device)
