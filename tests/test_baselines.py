@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+import candidate_sampling
 from candidate_sampling.eval import KnownPairs
 from candidate_sampling.eval.baselines import (
     ease_scores,
@@ -145,6 +146,23 @@ def test_ranks_from_scores_loop_and_positive_never_excluded():
     assert ranks_from_scores(scores, users, positives).tolist() == [2, 0, 3]
 
 
+@pytest.mark.parametrize(
+    "l2,message",
+    [
+        (float("inf"), "l2 must be > 0 and finite, got inf"),  # was an all-NaN B
+        (float("nan"), "l2 must be > 0 and finite, got nan"),
+        (-1.0, "l2 must be > 0 and finite, got -1.0"),
+        (True, "l2 must be a number, got bool True"),  # was accepted as 1
+        ("1", "l2 must be a number, got str"),
+    ],
+)
+def test_ease_l2_must_be_a_positive_finite_number(l2, message):
+    with pytest.raises(ValueError, match=message):
+        ease_weights(_matrix(), l2)
+    with pytest.raises(ValueError, match=message):
+        ease_scores(_matrix(), l2)
+
+
 def test_bad_inputs_fail_fast():
     x = _matrix()
     with pytest.raises(ValueError, match="l2"):
@@ -189,6 +207,25 @@ def test_top_k_from_scores_matches_top_k_items(exclude):
     assert torch.equal(
         top_k_from_scores(ue @ ie.T, 5, known=ex), top_k_items(ue, ie, 5, known=ex)
     )
+
+
+def test_top_k_larger_than_a_user_s_unknown_items_is_an_error():
+    # user 1 knows 3 of 5 items: a top 3 would have recommended one of them
+    g = torch.Generator().manual_seed(10)
+    ue = torch.randn(3, 2, generator=g, dtype=torch.float64)
+    ie = torch.randn(5, 2, generator=g, dtype=torch.float64)
+    known = KnownPairs(torch.tensor([1, 1, 1, 0]), torch.tensor([0, 2, 4, 1]), num_items=5)
+    message = r"k must be <= 2 \(user 1 has 3 known items of 5\), got 3"
+    with pytest.raises(ValueError, match=message):
+        top_k_items(ue, ie, 3, known=known)
+    with pytest.raises(ValueError, match=message):
+        top_k_from_scores(ue @ ie.T, 3, known=known)
+    top = top_k_from_scores(ue @ ie.T, 2, known=known)  # the largest k allowed
+    assert torch.equal(top, top_k_items(ue, ie, 2, known=known))
+    assert set(top[1].tolist()) == {1, 3}
+    assert top_k_items(ue, ie, 5).shape == (3, 5)  # without known: any k <= |V|
+    with candidate_sampling.validate_args(False):  # a value check, like the others
+        assert top_k_from_scores(ue @ ie.T, 3, known=known).shape == (3, 3)
 
 
 # SharedHistoryTower (models.py) is the user tower of chapter 9's re-run of the source

@@ -49,6 +49,24 @@ def test_positives_of_rejects_a_draw_made_for_other_positives():
         CandidateSet.positives_of(torch.tensor([1, 2]), table, draw=bare)
 
 
+def test_positives_of_rejects_a_draw_made_for_other_ids_of_the_same_shape():
+    # the shape alone matched: another batch's true_expected_count was used silently
+    table = torch.randn(20, 4)
+    sampler = UnigramSampler(torch.arange(20, 0, -1).double())
+    draw = sampler.sample(5, positive_ids=torch.tensor([0, 3, 5, 1]))
+    other = torch.tensor([9, 8, 7, 6])
+    with pytest.raises(ValueError, match="draw was made for other positive_ids"):
+        CandidateSet.positives_of(other, table, draw=draw)
+    # the ids are a value check: skipped with validation off, as every value check
+    with cs.validate_args(False):
+        CandidateSet.positives_of(other, table, draw=draw)
+    # the same ids in another tensor (int32, (B, T)) are this draw's
+    pairs = torch.tensor([[0, 3], [5, 1]])
+    draw = sampler.sample(5, positive_ids=pairs)
+    p = CandidateSet.positives_of(pairs.int(), table, draw=draw)
+    torch.testing.assert_close(p.log_q, draw.positive_log_q.reshape(-1))
+
+
 def test_from_batch_log_q_is_expected_count():
     p = torch.tensor([0.5, 0.25, 0.125, 0.125])
     ids = torch.tensor([0, 1, 3])

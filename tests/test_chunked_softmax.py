@@ -443,3 +443,47 @@ def test_module_rejects_bad_options():
         ChunkedSoftmaxCrossEntropy(method="x")
     with pytest.raises(ValueError, match="temperature"):
         ChunkedSoftmaxCrossEntropy(temperature=0)
+
+
+def _leading_block_banned(n, num_classes, banned, seed):
+    """Float64 leaves with class_bias -inf on the first ``banned`` classes (never a positive)."""
+    g = gen(seed)
+    query = torch.randn(n, 3, generator=g, dtype=D64).requires_grad_()
+    classes = torch.randn(num_classes, 3, generator=g, dtype=D64).requires_grad_()
+    bias = torch.randn(num_classes, generator=g, dtype=D64)
+    bias[:banned] = float("-inf")
+    bias.requires_grad_()
+    ids = torch.randint(banned, num_classes, (n,), generator=g)
+    return query, classes, bias, ids
+
+
+@pytest.mark.parametrize("method", ["vocab", "rows"])
+@pytest.mark.parametrize("chunk", [1, 2, 3])
+def test_a_leading_block_of_minus_infinity_bias_stays_finite(method, chunk):
+    # the running max starts at -inf: a first block of -inf logits gave exp(-inf + inf) = NaN
+    query, classes, bias, ids = _leading_block_banned(4, 10, 3, 20)
+    reduction = "none" if method == "vocab" else "sum"
+    kwargs = {"class_bias": bias, "reduction": reduction}
+    got = chunked_softmax_cross_entropy(
+        query, classes, ids, **kwargs, chunk_size=chunk, method=method
+    )
+    want = reference(query, classes, ids, **kwargs)
+    assert torch.isfinite(got).all() and torch.allclose(got, want, atol=TOL, rtol=0)
+    got_grads = torch.autograd.grad(got.sum(), (query, classes, bias))
+    want_grads = torch.autograd.grad(want.sum(), (query, classes, bias))
+    for a, b in zip(got_grads, want_grads):
+        assert torch.isfinite(a).all() and torch.allclose(a, b, atol=TOL, rtol=0)
+
+
+def test_a_leading_block_of_minus_infinity_bias_with_the_default_settings():
+    n, num_classes = 2**14, 200  # the default vocabulary block: 2**21 // n = 128 classes
+    chunk = default_chunk_size(n, num_classes, "vocab")
+    assert chunk == 128 and resolve_method(n, num_classes, reduction="none") == "vocab"
+    query, classes, bias, ids = _leading_block_banned(n, num_classes, chunk, 21)
+    got = chunked_softmax_cross_entropy(query, classes, ids, class_bias=bias, reduction="none")
+    want = reference(query, classes, ids, class_bias=bias, reduction="none")
+    assert torch.isfinite(got).all() and torch.allclose(got, want, atol=TOL, rtol=0)
+    got_grads = torch.autograd.grad(got.sum(), (query, bias))
+    want_grads = torch.autograd.grad(want.sum(), (query, bias))
+    for a, b in zip(got_grads, want_grads):  # the bias gradient sums n rows
+        assert torch.isfinite(a).all() and torch.allclose(a, b, atol=TOL * n, rtol=0)

@@ -112,7 +112,10 @@ def test_num_samples_overrides_the_column_count():
         ({"num_items": 10, "t": -0.1}, "t must lie in"),
         ({"num_items": 10, "t": float("nan")}, "t must lie in"),
         ({"num_items": 10, "t": True}, "t must be a number"),
-        ({"num_items": 3, "t": 0.5}, "num_samples must be"),
+        # no num_samples passed: the error names negative_scores' k, not num_samples
+        ({"num_items": 3, "t": 0.5}, r"negative_scores must have at most .* 2 columns .*k = 4"),
+        ({"num_items": 3, "t": 0.5, "num_samples": 3}, r"num_samples must be in \[1, 2\]"),
+        ({"num_items": 3, "t": 0.5, "num_samples": 0}, r"num_samples must be in \[1, 2\]"),
         ({"num_items": 10, "t": 0.5, "reduction": "avg"}, "reduction must be"),
     ],
 )

@@ -363,6 +363,19 @@ def test_debiased_floor_and_masked_rows():
     assert float(out[0]) == 0.0 and torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+@pytest.mark.parametrize("min_logit", [None, -1.0])
+def test_debiased_nan_in_gives_nan_out(beta, min_logit):
+    # a NaN estimate failed `diff > 0` and was replaced by the finite floor e^{min_logit}
+    logits = torch.tensor([[2.0, float("nan"), 0.5], [1.0, 0.0, 0.5]], dtype=D64)
+    out = debiased_cross_entropy(logits, 0, tau_plus=0.1, beta=beta, min_logit=min_logit)
+    assert math.isnan(float(out[0])) and math.isfinite(float(out[1]))
+    q, c = randn(3, 4, seed=37), randn(5, 4, seed=38)
+    c[4, 0] = float("nan")  # an extra candidate column of NaN logits in every row
+    loss = hn_loss(q, c, tau_plus=0.1, beta=beta, min_logit=min_logit, reduction="none")
+    assert torch.isnan(loss).all()
+
+
 # ---------------------------------------------------------------- the positive in the denominator
 
 
@@ -538,6 +551,42 @@ def test_half_precision_is_computed_in_float32():
             q, c, positive_in_denominator=mode, hardness_alpha=5.0, num_hard_negatives=2
         )
         assert out.dtype == torch.float32 and torch.isfinite(out)
+
+
+def _masked_pair(seed):
+    """The same masked (B, C) logits in float16 and float32, each with its own mask value;
+    row 3 keeps only its positive (column 0)."""
+    logits = randn(4, 6, seed=seed, dtype=torch.float32).half()
+    removed = torch.zeros(4, 6, dtype=torch.bool)
+    removed[:, 4:] = True
+    removed[0, 1] = True
+    removed[3, 1:] = True
+    half = logits.masked_fill(removed, mask_value(torch.float16))
+    single = logits.float().masked_fill(removed, mask_value(torch.float32))
+    return half, single
+
+
+POSITIVES = torch.zeros(4, 6, dtype=torch.bool)
+POSITIVES[:, 0] = POSITIVES[0, 1] = POSITIVES[1, 2] = True  # [0, 1] is masked
+HALF_STEPS = {
+    "multi_positive": lambda o: multi_positive_cross_entropy(o, POSITIVES),
+    "multi_positive_in": lambda o: multi_positive_cross_entropy(o, POSITIVES, variant="in"),
+    "debiased": lambda o: debiased_cross_entropy(o, 0, tau_plus=0.1),
+    "debiased_hard": lambda o: debiased_cross_entropy(o, 0, tau_plus=0.1, beta=0.5),
+    "decoupled": lambda o: decoupled_cross_entropy(o, 0),
+    "mining": lambda o: decoupled_cross_entropy(
+        hard_negative_mining(o, num_hard_negatives=3, positive_columns=0)[0], 0
+    ),
+}
+
+
+@pytest.mark.parametrize("step", sorted(HALF_STEPS))
+def test_float16_masked_logits_are_read_as_masked(step):
+    # the float16 mask value (-32752) was upcast first and then not recognised as masked
+    half, single = _masked_pair(36)
+    got, want = HALF_STEPS[step](half), HALF_STEPS[step](single)
+    assert got.dtype == torch.float32
+    assert torch.allclose(got, want, atol=1e-3, rtol=1e-3), (got, want)
 
 
 def test_gradcheck_modes_without_stop_gradient():

@@ -63,6 +63,7 @@ from candidate_sampling.losses import (
     supcon_loss,
 )
 from candidate_sampling.scale.memory import CrossBatchMemory
+from candidate_sampling.scale.mining import brute_force_top_k
 from candidate_sampling.sampling.samplers import (
     UniformSampler,
     UnigramSampler,
@@ -288,6 +289,22 @@ def test_contrastive_losses_promote_mixed_dtypes():
         torch.testing.assert_close(out, want, rtol=1e-12, atol=0)
     assert InfoNCELoss(temperature=0.1)(a, b).dtype == D64
     assert NTXentLoss(temperature=0.1)(b, a).dtype == D64
+
+
+def test_brute_force_top_k_promotes_half_and_mixed_dtypes():
+    # float16 scores overflowed to inf (ties, wrong order); float32 x float16 was a torch error
+    g = gen(5)
+    queries = (torch.randn(4, 3, generator=g) * 300).half()
+    items = (torch.randn(10, 3, generator=g) * 300).half()
+    want_scores, want_ids = torch.topk(queries.double() @ items.double().T, 3, dim=1)
+    for first, second in ((queries, items), (queries.float(), items), (queries, items.float())):
+        scores, ids = brute_force_top_k(first, second, 3, chunk_size=3)
+        assert scores.dtype == torch.float32 and torch.isfinite(scores).all()
+        assert torch.equal(ids, want_ids)
+        torch.testing.assert_close(scores.double(), want_scores, rtol=1e-6, atol=0)
+    scores, ids = brute_force_top_k(queries.double(), items.float(), 3)
+    assert scores.dtype == D64 and torch.equal(ids, want_ids)
+    torch.testing.assert_close(scores, want_scores, rtol=1e-12, atol=0)
 
 
 # =========================================================================== bad inputs

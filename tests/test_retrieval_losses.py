@@ -513,6 +513,20 @@ def test_retrieval_loss_with_a_frequency_estimator_updates_and_uses_it():
     assert not torch.allclose(got, uncorrected)
 
 
+@pytest.mark.parametrize("num_probs,num_sampled", [(10, 20), (20, 10)])
+def test_retrieval_loss_catalogue_sizes_must_agree(num_probs, num_sampled):
+    # item_probabilities shorter than the sampler's catalogue was an IndexError at forward
+    probs = torch.full((num_probs,), 1 / num_probs)
+    message = (
+        rf"number of items \|V\| must agree, got item_probabilities={num_probs}, "
+        rf"sampler.num_items={num_sampled}"
+    )
+    with pytest.raises(ValueError, match=message):
+        RetrievalLoss(item_probabilities=probs, sampler=UniformSampler(num_sampled), num_samples=5)
+    with pytest.raises(ValueError, match=message):  # the sampler is unused without extras
+        RetrievalLoss(item_probabilities=probs, sampler=UniformSampler(num_sampled))
+
+
 def test_retrieval_loss_errors():
     table, query, positive_ids, q = _retrieval_setup()
     estimator = StreamingFrequencyEstimator(20, hash_ids=False)

@@ -21,10 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+import candidate_sampling
 from candidate_sampling.losses import (
     NCELoss,
     SampledSoftmaxLoss,
     accidental_hits,
+    candidate_logits,
     effective_sample_size,
     importance_sampled_log_partition,
     importance_weights,
@@ -780,6 +782,37 @@ def test_modules_pass_repeated_hits_on(cls, fn):
     assert not torch.allclose(outs["mask_all"], outs["tensorflow"])
     with pytest.raises(ValueError, match="repeated_hits"):
         cls(UniformSampler(8), 3, repeated_hits="last")
+
+
+SAMPLED_LAYOUT = {
+    "candidate_logits": lambda *a: torch.cat(candidate_logits(*a), dim=1),
+    "sampled_softmax_loss": sampled_softmax_loss,
+    "nce_loss": nce_loss,
+    "negative_sampling_loss": negative_sampling_loss,
+    "sampled_logistic_loss": sampled_logistic_loss,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLED_LAYOUT))
+def test_a_masked_positive_column_is_an_error(name):
+    # a mask on positives (a row's positive marked invalid) was silently ignored
+    problem = make_problem(16, num_true=2)
+    draw = UnigramSampler(torch.arange(30, 0, -1).double()).sample(
+        5, generator=gen(7), positive_ids=problem["positive_ids"]
+    )
+    positives, candidates = sets_of(problem["classes"], problem["positive_ids"], draw)
+    fn, query = SAMPLED_LAYOUT[name], problem["query"]
+    valid = torch.ones(positives.num_candidates, dtype=torch.bool)
+    masked = valid.clone()
+    masked[3] = False  # row 1's second positive
+    with pytest.raises(ValueError, match=r"positives must not .* positives.mask is False"):
+        fn(query, positives.with_mask(masked), candidates)
+    # a mask that removes nothing is no mask
+    torch.testing.assert_close(
+        fn(query, positives.with_mask(valid), candidates), fn(query, positives, candidates)
+    )
+    with candidate_sampling.validate_args(False):  # a value check, like the others
+        fn(query, positives.with_mask(masked), candidates)
 
 
 def test_positives_of_keeps_the_draw_s_log_q_dtype():

@@ -400,6 +400,18 @@ def test_a_draw_knows_the_positive_ids_it_was_made_for():
         draw.check_positive_ids(torch.tensor([3, 4, 6]))
 
 
+def test_unigram_zero_count_is_allowed_only_at_an_excluded_id():
+    # the message says "exclude the id": a zero count at an excluded id was rejected too
+    s = UnigramSampler(torch.tensor([0.0, 1.0, 2.0]), distortion=1.0, exclude=[0])
+    torch.testing.assert_close(s.probs, torch.tensor([0.0, 1 / 3, 2 / 3]))
+    d = s.sample(200, generator=torch.Generator().manual_seed(0))
+    assert int(d.ids.min()) >= 1
+    with pytest.raises(ValueError, match=r"counts must be > 0 .* got minimum 0.0 at an id not"):
+        UnigramSampler(torch.tensor([0.0, 1.0, 0.0]), exclude=[0])
+    with pytest.raises(ValueError, match=r"counts must be > 0 .* got minimum -1.0"):
+        UnigramSampler(torch.tensor([-1.0, 1.0, 2.0]), exclude=[2])
+
+
 def test_sampler_value_checks_obey_the_switch():
     import candidate_sampling as cs
 

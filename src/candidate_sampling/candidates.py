@@ -304,7 +304,9 @@ class CandidateSet:
         :class:`~candidate_sampling.sampling.samplers.CandidateDraw` of the same step,
         made with these ``positive_ids``; its ``positive_log_q`` (TF's
         ``true_expected_count``) becomes the columns' log Q. A draw made for other
-        positives (another shape, or no ``positive_log_q``) is an error.
+        positives (other ids, another shape, or no ``positive_log_q``) is an error
+        (:meth:`~candidate_sampling.sampling.samplers.CandidateDraw.check_positive_ids`;
+        the ids are a value check, skipped when validation is off).
         ``correct=False`` or no draw: no correction. Chapters 3–4.
         """
         if not isinstance(positive_ids, torch.Tensor) or positive_ids.dim() not in (1, 2):
@@ -318,11 +320,7 @@ class CandidateSet:
                     "draw was made without positive_ids (draw.positive_log_q is None): "
                     "sample with positive_ids=... to correct the positives"
                 )
-            if tuple(log_q.shape) != tuple(positive_ids.shape):
-                raise ValueError(
-                    f"draw was made for positive_ids of shape {tuple(log_q.shape)}, "
-                    f"got positive_ids of shape {tuple(positive_ids.shape)}"
-                )
+            draw.check_positive_ids(positive_ids)  # shape; the ids while validation is on
             if get_validate_args() and bool(torch.isneginf(log_q).any()):
                 raise ValueError(
                     "draw.positive_log_q is -inf for some positive id: the proposal cannot "

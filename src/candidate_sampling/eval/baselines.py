@@ -30,11 +30,17 @@ from candidate_sampling._validate import (
     check_finite,
     check_ids,
     check_int_range,
+    check_positive,
     check_tensor,
 )
 from candidate_sampling.device import exact_float64, float64_or_float32
 from candidate_sampling.eval.known_pairs import KnownPairs, check_known
-from candidate_sampling.eval.metrics import _ranks_of_pairs, check_pairs, count_above
+from candidate_sampling.eval.metrics import (
+    _check_top_k,
+    _ranks_of_pairs,
+    check_pairs,
+    count_above,
+)
 
 __all__ = [
     "ease_scores",
@@ -100,13 +106,12 @@ def ease_weights(x: torch.Tensor, l2: float) -> torch.Tensor:
     ``B = argmin ‖X − X B‖²_F + λ ‖B‖²_F`` subject to ``diag(B) = 0``. With
     ``P = (XᵀX + λI)⁻¹`` the solution is ``B_ij = −P_ij / P_jj`` for ``i ≠ j`` and
     ``B_jj = 0``: column ``j`` is the ridge regression of item ``j`` on all the other
-    items. ``x``: (U, |V|) interaction matrix (binary, or any weights); ``l2``: λ > 0.
+    items. ``x``: (U, |V|) interaction matrix (binary, or any weights); ``l2``: λ > 0, finite.
     The Gram matrix and the inverse are computed in float64; ``B`` is returned in
     ``x``'s dtype. Cost: one |V| × |V| inverse.
     """
     _check_matrix(x)
-    if not isinstance(l2, (int, float)) or not l2 > 0:
-        raise ValueError(f"l2 must be a number > 0, got {l2!r}")
+    check_positive("l2", l2)
     xd = exact_float64(x)  # on the CPU where the device has no float64 (MPS)
     gram = xd.T @ xd
     gram.diagonal().add_(float(l2))
@@ -205,11 +210,12 @@ def top_k_from_scores(
 
     :func:`candidate_sampling.eval.metrics.top_k_items` for a ``(U, |V|)`` score matrix:
     the items of ``known`` (a :class:`~candidate_sampling.eval.known_pairs.KnownPairs`) are
-    never recommended to that user. NaN scores raise. Chapter 9.
+    never recommended to that user, so ``k`` must be at most ``|V|`` minus the most known
+    items of any user (a ``ValueError`` naming ``k``; a value check). NaN scores raise.
+    Chapter 9.
     """
     _check_scores(scores)
-    check_int_range("k", k, 1, scores.shape[1])
-    check_known(known, *scores.shape)
+    _check_top_k(k, known, *scores.shape)
     ranked = scores
     with torch.no_grad():
         if known is not None:

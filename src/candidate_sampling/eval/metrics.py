@@ -296,6 +296,22 @@ def positive_ranks(
         )
 
 
+def _check_top_k(k: int, known: KnownPairs | None, num_users: int, num_items: int) -> None:
+    """``k`` in [1, |V|] and ``known`` of this catalogue; with ``known``, ``k`` at most the
+    number of items every user has not seen (the known counts are a value check)."""
+    check_int_range("k", k, 1, num_items)
+    check_known(known, num_users, num_items)
+    if known is None or not get_validate_args() or len(known) == 0:
+        return
+    counts = known.counts(torch.arange(num_users, device=known.device))
+    most, user = (int(v) for v in counts.max(0))
+    if k > num_items - most:
+        raise ValueError(
+            f"k must be <= {num_items - most} (user {user} has {most} known items of "
+            f"{num_items}), got {k}: known items are never recommended"
+        )
+
+
 def top_k_items(
     user_embeddings: torch.Tensor,
     item_embeddings: torch.Tensor,
@@ -306,14 +322,16 @@ def top_k_items(
 ) -> torch.Tensor:
     """``(U, k)`` ids of each user's ``k`` highest-scoring items, best first, exact.
 
-    ``known``: optional :class:`KnownPairs` whose items are never recommended to that user.
-    NaN embeddings raise (``torch.topk`` would rank NaN first). Chapters 5 and 9.
+    ``known``: optional :class:`KnownPairs` whose items are never recommended to that user;
+    ``k`` must then leave enough: ``k <= |V| − (most known items of any user)``, else a
+    ``ValueError`` naming ``k`` (a value check: with validation off such a row ends in
+    known items). NaN embeddings raise (``torch.topk`` would rank NaN first). Chapters 5
+    and 9.
     """
     _check_embeddings(user_embeddings, item_embeddings)
-    check_int_range("k", k, 1, item_embeddings.shape[0])
-    check_int_range("chunk_size", chunk_size, 1)
     num_users, num_items = user_embeddings.shape[0], item_embeddings.shape[0]
-    check_known(known, num_users, num_items)
+    _check_top_k(k, known, num_users, num_items)
+    check_int_range("chunk_size", chunk_size, 1)
     user_embeddings, item_embeddings = _scoring_pair(user_embeddings, item_embeddings)
     device = item_embeddings.device
     step = _rows_per_chunk(chunk_size, num_items, device)

@@ -132,9 +132,12 @@ class _VocabChunked(torch.autograd.Function):
             local, inside = _positive_in_block(ids, start, width)
             positive = torch.where(inside, block.gather(1, local).squeeze(1), positive)
             new_max = torch.maximum(run_max, block.amax(1))
-            # rescale the old sum to the new max, then add this block's exp-sum
-            run_sum.mul_(torch.exp(run_max - new_max))
-            run_sum.add_(block.sub_(new_max.unsqueeze(1)).exp_().sum(1))
+            # shift by the new max, or by 0 while a row's logits so far are all -inf (a
+            # -inf class_bias): exp(-inf - (-inf)) would be NaN, exp(-inf - 0) is 0
+            shift = new_max.masked_fill(new_max == float("-inf"), 0.0)
+            # rescale the old sum to the new shift, then add this block's exp-sum
+            run_sum.mul_(torch.exp(run_max - shift))
+            run_sum.add_(block.sub_(shift.unsqueeze(1)).exp_().sum(1))
             run_max = new_max
         lse = run_max + torch.log(run_sum)
         ctx.save_for_backward(query, classes, bias, temperature, ids, lse)

@@ -50,10 +50,19 @@ def gbce_beta(num_samples: int, num_items: int, t: float) -> float:
     """
     check_int_range("num_items", num_items, 2)
     check_int_range("num_samples", num_samples, 1, num_items - 1)
+    _check_t(t)
+    return _beta(num_samples, num_items, t)
+
+
+def _check_t(t: float) -> None:
     if isinstance(t, bool) or not isinstance(t, (int, float)):
         raise ValueError(f"t must be a number in [0, 1], got {type(t).__name__}")
     if not (math.isfinite(t) and 0.0 <= t <= 1.0):
         raise ValueError(f"t must lie in [0, 1], got {t!r}")
+
+
+def _beta(num_samples: int, num_items: int, t: float) -> float:
+    """:func:`gbce_beta` of checked arguments."""
     alpha = num_samples / (num_items - 1)
     return alpha * (t * (1.0 - 1.0 / alpha) + 1.0 / alpha)
 
@@ -89,9 +98,19 @@ def gbce_from_scores(
         positive_scores=positive_scores.shape[0],
         negative_scores=negative_scores.shape[0],
     )
-    if num_samples is None:
+    check_int_range("num_items", num_items, 2)
+    if num_samples is None:  # k = the columns of negative_scores: name them in the error
         num_samples = negative_scores.shape[1]
-    beta = gbce_beta(num_samples, num_items, t)
+        if num_samples > num_items - 1:
+            raise ValueError(
+                f"negative_scores must have at most num_items - 1 = {num_items - 1} "
+                f"columns (k negatives among the other items), got k = {num_samples}; "
+                "pass num_samples for another k in α"
+            )
+    else:
+        check_int_range("num_samples", num_samples, 1, num_items - 1)
+    _check_t(t)
+    beta = _beta(num_samples, num_items, t)
     dtype = common_float_dtype(
         positive_scores=positive_scores, negative_scores=negative_scores
     )

@@ -130,8 +130,16 @@ def unmasked(logits: torch.Tensor) -> torch.Tensor:
 
 
 def _check_logits(logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` (B, C) in at least float32, a masked entry holding the new dtype's mask value.
+
+    The masked entries are found in the input dtype: float16's mask value (-32752) upcast
+    to float32 is far above float32's, so :func:`unmasked` would read it as a logit.
+    """
     check_tensor("logits", logits, ("B", "C"), floating=True)
-    return upcast(logits)
+    work = upcast(logits)
+    if work.dtype == logits.dtype:
+        return work
+    return work.masked_fill(~unmasked(logits), mask_value(work.dtype))
 
 
 def _as_columns(positive_columns: int | torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -366,7 +374,7 @@ def debiased_cross_entropy(
     ``N · min_j e^{o_ij}``. ``τ⁺ = β = 0`` is the ordinary cross-entropy. Matches the
     authors' code (chingyaoc/DCL ``debiased``, joshr17/HCL ``estimator='hard'``; gradients
     flow through the weights there and here), written in log space. Rows with no unmasked
-    negative get 0.
+    negative get 0; a NaN logit gives a NaN row (never the floor).
     """
     work = _check_logits(logits)
     cols = _as_columns(positive_columns, work)
@@ -387,7 +395,7 @@ def debiased_cross_entropy(
         b = math.log(tau_plus) + o_pos
         m = torch.maximum(log_mean, b)
         diff = torch.exp(log_mean - m) - torch.exp(b - m)
-        ok = diff > 0
+        ok = ~(diff <= 0)  # NaN stays "ok", so a NaN logit reaches the loss, not the floor
         raw = log_n + m + torch.log(torch.where(ok, diff, torch.ones_like(diff)))
         raw = raw - math.log1p(-tau_plus)
         log_ng = torch.where(ok, torch.maximum(raw, log_floor), log_floor)

@@ -191,7 +191,8 @@ class RetrievalLoss(_Loss):
       rows, encoded with the ``item_encoder`` passed to :meth:`forward`. With a log-Q
       source every column gets the mixed expected count ``Q* = B·q(y) + B'·r(y)``
       (``r`` = the sampler's per-draw probability; with ``unique=True`` the extras'
-      expected count is ``1 − (1 − r)^num_tries`` instead of ``B'·r``).
+      expected count is ``1 − (1 − r)^num_tries`` instead of ``B'·r``). The sampler's
+      catalogue must be ``item_probabilities``' (the same |V|).
     * ``remove_accidental_hits`` (default True), ``temperature``, ``reduction``.
 
     ``forward(query (B, d), positive_embeddings (B, d), positive_ids (B,), *,
@@ -243,6 +244,12 @@ class RetrievalLoss(_Loss):
             raise ValueError("num_samples > 0 needs a sampler for the extra negatives")
         if sampler is not None and not isinstance(sampler, CandidateSampler):
             raise ValueError(f"sampler must be a CandidateSampler, got {type(sampler).__name__}")
+        if sampler is not None and item_probabilities is not None:  # one catalogue
+            check_same(
+                "number of items |V|",
+                item_probabilities=item_probabilities.shape[0],
+                **{"sampler.num_items": sampler.num_items},
+            )
         self.sampler = sampler
         self.num_samples = num_samples
         self.unique = unique

@@ -34,6 +34,7 @@ from candidate_sampling._validate import (
     check_same,
     check_tensor,
     common_float_dtype,
+    get_validate_args,
 )
 from candidate_sampling.candidates import CandidateSet, Classes, _check_candidate_set
 from candidate_sampling.losses.core import (
@@ -95,13 +96,22 @@ def candidate_logits(
     column; candidate columns that are invalid in ``candidates.mask`` or (with
     ``remove_accidental_hits``) hold one of the row's positive ids get the finite
     :func:`~candidate_sampling.losses.core.mask_value`. ``repeated_hits``: see
-    :func:`~candidate_sampling.losses.core.accidental_hits`. Chapters 3–4.
+    :func:`~candidate_sampling.losses.core.accidental_hits`. A row's positive cannot be
+    removed: a ``positives.mask`` with a False entry is an error (a value check; drop the
+    row or give it ``sample_weight`` 0 instead). Chapters 3–4.
     """
     check_temperature(temperature)
     check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
     check_tensor("query", query, ("B", "d"), floating=True)
     _check_candidate_set("positives", positives)
     _check_candidate_set("candidates", candidates)
+    if positives.mask is not None and get_validate_args() and not bool(positives.mask.all()):
+        column = int((~positives.mask).nonzero()[0, -1])
+        raise ValueError(
+            "positives must not mask a column (a row's positive cannot be removed): "
+            f"positives.mask is False at column {column}; drop the row, or give it "
+            "sample_weight 0"
+        )
     # one cast of the query for both scores: a half query's two partial gradients then
     # meet in float32, not as float16 +inf and −inf
     query = query.to(

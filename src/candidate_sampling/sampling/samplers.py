@@ -461,8 +461,8 @@ class UnigramSampler(CandidateSampler):
     """Unigram proposal from counts: ``p(y) ∝ counts[y] ** distortion`` (word2vec: 0.75).
 
     TF's ``fixed_unigram_candidate_sampler`` defaults to ``distortion=1.0``: pass it for
-    TF's default. ``counts``: (|V|,) positive finite counts (add one to unseen ids, or
-    exclude them).
+    TF's default. ``counts``: (|V|,) finite counts, > 0 at every id not in ``exclude``
+    (add one to unseen ids, or exclude them: an excluded id's count may be 0).
     Drawn in O(1) per sample from a Walker alias table (:func:`build_alias_table`),
     built once in O(|V| log |V|) vectorised float64 work. Chapters 2–4.
     """
@@ -484,16 +484,19 @@ class UnigramSampler(CandidateSampler):
         c64 = exact_float64(counts.detach())  # on the CPU where the device has no float64
         if get_validate_args() and not bool(torch.isfinite(c64).all()):
             raise ValueError("counts must be finite, got NaN or infinite entries")
-        if get_validate_args() and not bool((c64 > 0).all()):
-            raise ValueError(
-                "counts must be > 0 (add a pseudo-count or exclude the id), "
-                f"got minimum {float(c64.min())}"
-            )
         if isinstance(distortion, bool) or not isinstance(distortion, (int, float)):
             raise ValueError(f"distortion must be a number, got {type(distortion).__name__}")
         if not math.isfinite(distortion) or distortion < 0:
             raise ValueError(f"distortion must be >= 0 and finite, got {distortion!r}")
         super().__init__(counts.numel(), device, exclude)
+        if get_validate_args():  # an excluded id is never drawn: its count may be 0
+            drawn = torch.ones(c64.shape[0], dtype=torch.bool, device=c64.device)
+            drawn[self.exclude.to(c64.device)] = False
+            if not bool((c64[drawn] > 0).all()):
+                raise ValueError(
+                    "counts must be > 0 (add a pseudo-count or exclude the id), "
+                    f"got minimum {float(c64[drawn].min())} at an id not excluded"
+                )
         self.distortion = float(distortion)
         weights = (
             c64.to(self.device if has_float64(self.device) else "cpu") ** self.distortion

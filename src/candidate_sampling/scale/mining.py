@@ -79,6 +79,7 @@ from candidate_sampling._validate import (
     check_real,
     check_same,
     check_tensor,
+    common_float_dtype,
     get_validate_args,
 )
 from candidate_sampling.candidates import CandidateSet
@@ -120,7 +121,9 @@ def brute_force_top_k(
     ``queries``: (B, d); ``item_embeddings``: (N, d), on the same device. Returns
     ``(scores, positions)``, each (B, k), sorted by decreasing score; ``positions`` index the
     rows of ``item_embeddings``. Memory is ``O(chunk_size · N)``. The reference every ANN
-    index is measured against. NaN inputs raise (``topk`` would rank NaN first).
+    index is measured against. NaN inputs raise (``topk`` would rank NaN first). Scores
+    are computed and returned in ``common_float_dtype`` of the two inputs (float32 for
+    float16 / bfloat16, whose scores would overflow and tie; mixed dtypes promoted).
     """
     check_tensor("queries", queries, ("B", "d"), floating=True)
     check_tensor("item_embeddings", item_embeddings, ("N", "d"), floating=True)
@@ -131,7 +134,8 @@ def brute_force_top_k(
     check_int_range("chunk_size", chunk_size, 1)
     check_finite("queries", queries)
     check_finite("item_embeddings", item_embeddings)
-    return _top_k(queries, item_embeddings, k, chunk_size)
+    dtype = common_float_dtype(queries=queries, item_embeddings=item_embeddings)
+    return _top_k(queries.to(dtype), item_embeddings.to(dtype), k, chunk_size)
 
 
 def _top_k(
