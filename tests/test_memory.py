@@ -131,6 +131,24 @@ def test_negative_and_nan_entries_are_refused():
         )
 
 
+def test_a_bad_queued_id_is_blamed_on_the_queue_not_on_positive_ids():
+    memory = CrossBatchMemory(8, 2)
+    memory.enqueue(torch.zeros(6, 2), torch.arange(6))  # queued ids 0..5
+    positives, batch_ids = torch.zeros(2, 2), torch.tensor([0, 1])  # valid batch ids
+    # a queued id beyond item_probabilities' |V| = 4
+    with pytest.raises(ValueError, match=r"^memory\.ids \(the queued ids\) must lie in \[0, 4\)"):
+        memory.candidates_for(positives, batch_ids, item_probabilities=torch.full((4,), 0.25))
+    # a queued id the probabilities give 0 (log Q would be -inf)
+    probs = torch.tensor([0.5, 0.5, 0.0, 0.0, 0.0, 0.0])
+    with pytest.raises(
+        ValueError, match=r"> 0 for every id of memory\.ids \(the queued ids\), got 0 for id [2-5]"
+    ):
+        memory.candidates_for(positives, batch_ids, item_probabilities=probs)
+    # a bad batch id is still blamed on positive_ids
+    with pytest.raises(ValueError, match=r"every id of positive_ids, got 0 for id 2"):
+        memory.candidates_for(positives, torch.tensor([0, 2]), item_probabilities=probs)
+
+
 def test_value_checks_obey_the_switch():
     import candidate_sampling as cs
 

@@ -308,6 +308,25 @@ def test_effective_sample_size():
     assert effective_sample_size(torch.tensor([1.0, 0.0, 0.0])).item() == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("fn", [importance_sampled_log_partition, importance_weights])
+def test_importance_sampling_never_enlarges_scores(fn):
+    # log_proposal broadcasts *to* scores (one q shared by the rows), never beyond them
+    assert fn(torch.zeros(2, 3), torch.zeros(3)).shape[0] == 2
+    with pytest.raises(ValueError, match=r"log_proposal must broadcast to scores' shape \(3,\)"):
+        fn(torch.zeros(3), torch.zeros(2, 3))
+    with pytest.raises(ValueError, match=r"log_proposal must broadcast to scores' shape \(2, 1\)"):
+        fn(torch.zeros(2, 1), torch.zeros(2, 3))
+
+
+def test_effective_sample_size_refuses_negative_weights():
+    with pytest.raises(ValueError, match=r"weights must be >= 0, got minimum -1\.0"):
+        effective_sample_size(torch.tensor([2.0, -1.0]))
+    with pytest.raises(ValueError, match=r"weights must be >= 0, got minimum nan"):
+        effective_sample_size(torch.tensor([0.5, float("nan")]))
+    with candidate_sampling.validate_args(False):  # a value check: off with the switch
+        assert effective_sample_size(torch.tensor([2.0, -1.0])).item() == pytest.approx(0.2)
+
+
 # --------------------------------------------------------------------------- sampled softmax
 
 

@@ -2,8 +2,10 @@
 
 Two kinds of check:
 
-* **Shape and dtype checks** (:func:`check_tensor`, :func:`check_same`, ...) read only
-  metadata, cost nothing on any device, and always run.
+* **Shape and dtype checks** (:func:`check_tensor`, :func:`check_same`, ...) and the
+  type checks of options (:func:`check_bool`, :func:`check_int_range`,
+  :func:`check_choice`, ...) read only metadata, cost nothing on any device, and always
+  run.
 * **Value checks** (:func:`check_ids`, :func:`check_finite`, :func:`check_probabilities`)
   read tensor *values*, which forces a device synchronisation on a GPU. They run while
   :func:`get_validate_args` is True (the default), like ``torch.distributions``'
@@ -19,6 +21,7 @@ import math
 import numbers
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import torch
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -34,9 +37,7 @@ def set_validate_args(value: bool) -> None:
     or a wrong answer, instead of a ``ValueError`` naming the argument.
     """
     global _VALIDATE
-    if not isinstance(value, bool):
-        raise ValueError(f"value must be a bool, got {type(value).__name__}")
-    _VALIDATE = value
+    _VALIDATE = check_bool("value", value)
 
 
 def get_validate_args() -> bool:
@@ -53,6 +54,15 @@ def validate_args(value: bool) -> Iterator[None]:
         yield
     finally:
         set_validate_args(previous)
+
+
+def check_bool(name: str, value: bool) -> bool:
+    """``value`` must be a bool (Python's, or numpy's ``bool_``), not an int, a str or a
+    tensor: ``remove_accidental_hits="no"`` would otherwise run as True. Type only, so it
+    runs whatever :func:`get_validate_args` says. Returns the Python bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a bool, got {type(value).__name__}")
+    return bool(value)
 
 
 def check_real(name: str, value: float) -> float:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from candidate_sampling._validate import (
+    check_bool,
     check_finite,
     check_ids,
     check_same,
@@ -60,6 +61,7 @@ def gather_rows(
     meet as ``+inf − inf = NaN`` in the table's backward. ``sparse=True`` gathers with
     ``F.embedding(..., sparse=True)`` (sparse gradient of the table). Returns (n, d).
     """
+    sparse = check_bool("sparse", sparse)
     if isinstance(classes, torch.Tensor):
         check_tensor(name, classes, ("|V|", "d"), floating=True)
         check_ids("ids", ids, classes.shape[0])
@@ -278,6 +280,7 @@ class CandidateSet:
 
         if not isinstance(draw, CandidateDraw):
             raise ValueError(f"draw must be a CandidateDraw, got {type(draw).__name__}")
+        correct = check_bool("correct", correct)
         return cls.from_ids(
             draw.ids,
             classes,
@@ -312,6 +315,7 @@ class CandidateSet:
         if not isinstance(positive_ids, torch.Tensor) or positive_ids.dim() not in (1, 2):
             got = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
             raise ValueError(f"positive_ids must have shape (B,) or (B, T), got {got}")
+        correct = check_bool("correct", correct)
         log_q = None
         if draw is not None and correct:
             log_q = draw.positive_log_q

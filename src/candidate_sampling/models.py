@@ -38,6 +38,7 @@ from candidate_sampling.sampling.hashing import (
     draw_hash_parameters,
 )
 from candidate_sampling._validate import (
+    check_bool,
     check_ids,
     check_int_range,
     check_positive,
@@ -87,6 +88,7 @@ class ItemTower(nn.Module):
         check_int_range("dim", dim, 1)
         check_int_range("num_hashes", num_hashes, 0)
         check_positive("init_scale", init_scale)
+        sparse = check_bool("sparse", sparse)
         self.num_items = num_items
         self.dim = dim
         self.num_hashes = num_hashes
@@ -174,6 +176,7 @@ class UserTower(nn.Module):
             raise ValueError("num_users or num_items must be given (a user id and/or a history)")
         check_int_range("dim", dim, 1)
         check_positive("init_scale", init_scale)
+        sparse = check_bool("sparse", sparse)
         self.dim = dim
         self.num_users = num_users
         self.num_items = num_items

@@ -21,7 +21,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from candidate_sampling._validate import check_choice, check_int_range, check_positive
+from candidate_sampling._validate import (
+    check_bool,
+    check_choice,
+    check_int_range,
+    check_positive,
+)
 from candidate_sampling.models import sparse_parameters
 
 if TYPE_CHECKING:  # pandas and tqdm (the [train] extra) are imported by train() itself
@@ -39,6 +44,7 @@ class OptimizerGroup:
         self.optimizers = list(optimizers)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        set_to_none = check_bool("set_to_none", set_to_none)
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=set_to_none)
 
@@ -111,6 +117,7 @@ def iterate_batches(
     The permutation is drawn on the CPU with ``generator`` and moved to the tensors' device.
     """
     check_int_range("batch_size", batch_size, 1)
+    shuffle, drop_last = check_bool("shuffle", shuffle), check_bool("drop_last", drop_last)
     if not tensors:
         raise ValueError("tensors must hold at least one tensor")
     n = tensors[0].shape[0]
@@ -155,6 +162,7 @@ def train(
 
     check_int_range("epochs", epochs, 1)
     check_int_range("batch_size", batch_size, 1)
+    drop_last, progress = check_bool("drop_last", drop_last), check_bool("progress", progress)
     device = next(model.parameters()).device
     data = [t.to(device) for t in data]
     optimizer = optimizer if optimizer is not None else make_optimizer(model)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import torch
 
 from candidate_sampling._validate import (
+    check_bool,
     check_choice,
     check_int_range,
     check_positive,
@@ -85,6 +86,7 @@ def resolve_method(
     (the row form would hold a float32 copy of it) and its (rows, |V|) block stays under
     2**24 logits; ``"vocab"`` (memory flat in |V|) otherwise.
     """
+    half = check_bool("half", half)
     rows = default_chunk_size(num_rows, num_classes, "rows")
     if reduction == "none" or half or rows * num_classes > _AUTO_ROWS_MAX_ELEMENTS:
         return "vocab"

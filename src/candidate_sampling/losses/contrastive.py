@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from candidate_sampling._validate import (
+    check_bool,
     check_choice,
     check_ids,
     check_positive,
@@ -186,6 +187,7 @@ def info_nce_loss(
     """
     query, key = _check_pair("B", query=query, key=key)
     check_reduction(reduction)
+    symmetric, normalize = check_bool("symmetric", symmetric), check_bool("normalize", normalize)
     if normalize:
         scores = pairwise_cosine_similarity(query, key)
     else:
@@ -395,7 +397,8 @@ class InfoNCELoss(_Loss):
         reduction: str = "mean",
     ) -> None:
         super().__init__(temperature=temperature, reduction=reduction)
-        self.symmetric, self.normalize = symmetric, normalize
+        self.symmetric = check_bool("symmetric", symmetric)
+        self.normalize = check_bool("normalize", normalize)
 
 
 class NTXentLoss(_Loss):

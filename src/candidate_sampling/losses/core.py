@@ -49,6 +49,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from candidate_sampling._validate import (
+    check_bool,
     check_bool_mask,
     check_broadcasts_to,
     check_choice,
@@ -212,8 +213,7 @@ class Temperature(nn.Module):
         value = float(check_positive(_name, temperature))
         if max_scale is not None:
             check_positive("max_scale", max_scale)
-        if not isinstance(learnable, bool):
-            raise ValueError(f"learnable must be a bool, got {type(learnable).__name__}")
+        learnable = check_bool("learnable", learnable)
         log_scale = torch.tensor(-math.log(value))
         if learnable:
             self.log_scale = nn.Parameter(log_scale)
@@ -275,6 +275,7 @@ def apply_temperature(
     nothing saved for backward (the fresh output of :func:`score`).
     """
     temperature = check_temperature(temperature)
+    inplace = check_bool("inplace", inplace)
     work = upcast(scores)
     owned = inplace or work is not scores
     if isinstance(temperature, Temperature):
@@ -297,6 +298,7 @@ def correct_logits(
     (B, C) per row — the log expected count; None is no correction. ``inplace=True``
     writes into ``logits`` (a tensor the caller owns, as :func:`apply_temperature`'s).
     """
+    inplace = check_bool("inplace", inplace)
     if log_q is None:
         return logits
     _check_step_logits(logits)
@@ -431,6 +433,7 @@ def mask_logits(
     :class:`~candidate_sampling.CandidateSet`'s ``mask`` is the opposite, True = valid,
     so pass ``~set.mask``), or None. ``inplace=True`` overwrites ``logits``.
     """
+    inplace = check_bool("inplace", inplace)
     if removed is None:
         return logits
     _check_step_logits(logits)
@@ -508,6 +511,7 @@ def logistic_terms(
     negative sampling, sampled logistic and the pairwise sigmoid loss. Chapters 3 and 7.
     """
     _check_step_logits(logits)
+    inplace = check_bool("inplace", inplace)
     if isinstance(labels, torch.Tensor):
         check_broadcasts_to("labels", labels, logits.shape)
     elif isinstance(labels, bool) or not isinstance(labels, (int, float)):

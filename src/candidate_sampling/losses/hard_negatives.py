@@ -66,6 +66,7 @@ import math
 import torch
 
 from candidate_sampling._validate import (
+    check_bool,
     check_bool_mask,
     check_choice,
     check_int_range,
@@ -559,6 +560,7 @@ def hard_negative_softmax_loss(
         num_hard_negatives,
     )
     check_reduction(reduction)
+    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
     if false_negative_mask is not None and (
         not isinstance(false_negative_mask, torch.Tensor)
         or false_negative_mask.dtype != torch.bool
@@ -653,7 +655,7 @@ class HardNegativeSoftmaxLoss(_Loss):
         self.positive_in_denominator = positive_in_denominator
         self.dclw_sigma = dclw_sigma
         self.tau_plus, self.beta, self.min_logit = tau_plus, beta, min_logit
-        self.remove_accidental_hits = remove_accidental_hits
+        self.remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
 
     def forward(
         self,

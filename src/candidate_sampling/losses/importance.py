@@ -14,11 +14,13 @@ import math
 import torch
 
 from candidate_sampling._validate import (
+    check_broadcasts_to,
     check_finite,
     check_ids,
     check_same,
     check_tensor,
     common_float_dtype,
+    get_validate_args,
 )
 from candidate_sampling.losses.core import positive_column_cross_entropy, reduce_loss
 
@@ -70,13 +72,8 @@ def _check_is_inputs(
         raise ValueError(
             "log_proposal must be a floating-point torch.Tensor broadcastable to scores"
         )
-    try:
-        torch.broadcast_shapes(scores.shape, log_proposal.shape)
-    except RuntimeError as err:
-        raise ValueError(
-            f"log_proposal must be broadcastable to scores {tuple(scores.shape)}, "
-            f"got {tuple(log_proposal.shape)}"
-        ) from err
+    # never enlarging scores: a (2, 3) log_proposal must not turn (3,) scores into 2 rows
+    check_broadcasts_to("log_proposal", log_proposal, scores.shape, target="scores")
     check_finite("log_proposal", log_proposal)
     dtype = common_float_dtype(scores=scores, log_proposal=log_proposal)
     return scores.to(dtype), log_proposal.detach().to(dtype)
@@ -93,7 +90,7 @@ def importance_sampled_log_partition(
     ``q = p`` (the model itself) every term equals ``Z`` and the estimate is exact.
 
     ``scores``: (..., m) the scores of the sampled classes; ``log_proposal``:
-    broadcastable to ``scores``, the per-draw log probability ``log q(y_i)`` — *not* the
+    broadcastable to ``scores`` (never enlarging it), the per-draw log probability ``log q(y_i)`` — *not* the
     log expected count ``log(m q)`` that the sampled losses call ``log_q`` (with it the
     ``− log m`` would be counted twice). Returns (...); no reduction.
     """
@@ -108,7 +105,8 @@ def importance_weights(scores: torch.Tensor, log_proposal: torch.Tensor) -> torc
     ``Σ_i w_i ∇s(x, y_i)`` with ``y_i ~ q``. The weights sum to 1 without knowing ``Z``;
     the price is a ratio estimator: biased (bias O(1/m)) but consistent. A constant added
     to ``log_proposal`` cancels, so per-draw probabilities and expected counts give the
-    same weights. ``scores``: (..., m); ``log_proposal`` broadcastable → (..., m).
+    same weights. ``scores``: (..., m); ``log_proposal`` broadcastable to it (never
+    enlarging it).
     """
     scores, log_proposal = _check_is_inputs(scores, log_proposal)
     return torch.softmax(scores - log_proposal, dim=-1)
@@ -117,8 +115,9 @@ def importance_weights(scores: torch.Tensor, log_proposal: torch.Tensor) -> torc
 def effective_sample_size(weights: torch.Tensor) -> torch.Tensor:
     """Kish's effective sample size ``1 / Σ_i w_i²`` of normalised weights (chapter 2).
 
-    ``weights``: (..., m), non-negative, summing to 1 over the last axis → (...). Equals
-    ``m`` for equal weights and 1 when one weight carries all the mass.
+    ``weights``: (..., m), non-negative (a value check; NaN is refused too), summing to 1
+    over the last axis → (...). Equals ``m`` for equal weights and 1 when one weight
+    carries all the mass.
     """
     if not isinstance(weights, torch.Tensor) or not weights.is_floating_point():
         raise ValueError("weights must be a floating-point torch.Tensor of shape (..., m)")
@@ -126,4 +125,6 @@ def effective_sample_size(weights: torch.Tensor) -> torch.Tensor:
         raise ValueError(
             f"weights must have shape (..., m) with m >= 1, got {tuple(weights.shape)}"
         )
+    if get_validate_args() and not bool((weights >= 0).all()):
+        raise ValueError(f"weights must be >= 0, got minimum {weights.min().item()!r}")
     return 1.0 / (weights**2).sum(-1)

@@ -32,6 +32,7 @@ from collections.abc import Callable
 import torch
 
 from candidate_sampling._validate import (
+    check_bool,
     check_bool_mask,
     check_choice,
     check_ids,
@@ -128,6 +129,7 @@ def in_batch_logits(
     never removed. Chapters 5–8.
     """
     check_temperature(temperature)
+    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
     check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
     columns = in_batch_columns(query, positives, candidates)
     batch = query.shape[0]
@@ -223,6 +225,8 @@ class RetrievalLoss(_Loss):
         reduction: str = "mean",
     ) -> None:
         super().__init__(temperature=temperature, reduction=reduction)
+        unique = check_bool("unique", unique)
+        remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
         if item_probabilities is not None and frequency_estimator is not None:
             raise ValueError("give item_probabilities or frequency_estimator, not both")
         if item_probabilities is not None:

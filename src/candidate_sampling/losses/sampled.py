@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from candidate_sampling._validate import (
+    check_bool,
     check_bool_mask,
     check_choice,
     check_finite,
@@ -101,6 +102,7 @@ def candidate_logits(
     row or give it ``sample_weight`` 0 instead). Chapters 3–4.
     """
     check_temperature(temperature)
+    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
     check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
     check_tensor("query", query, ("B", "d"), floating=True)
     _check_candidate_set("positives", positives)
@@ -317,6 +319,11 @@ class _SampledLoss(_Loss):
             raise ValueError(f"sampler must be a CandidateSampler, got {type(sampler).__name__}")
         check_int_range("num_samples", num_samples, 1)
         check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
+        unique = check_bool("unique", unique)
+        if remove_accidental_hits is not None:  # None: the loss's own default
+            remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+        subtract_log_q = check_bool("subtract_log_q", subtract_log_q)
+        sparse = check_bool("sparse", sparse)
         if unique and num_samples > sampler.num_allowed:
             raise ValueError(
                 f"num_samples must be <= the number of drawable classes ({sampler.num_allowed}) "

@@ -38,7 +38,13 @@ import math
 import torch
 from torch import nn
 
-from candidate_sampling._validate import check_finite, check_reduction, check_same, check_tensor
+from candidate_sampling._validate import (
+    check_bool,
+    check_finite,
+    check_reduction,
+    check_same,
+    check_tensor,
+)
 from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.losses.core import (
     Temperature,
@@ -120,6 +126,7 @@ def sigmoid_pair_terms(
     (C,); ``positive_columns``: (B,) in ``[0, C)`` (a value check).
     """
     check_tensor("logits", logits, ("B", "C"), floating=True, allow_empty=True)
+    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
     _check_hit_ids(positive_ids, candidate_ids)
     batch, num_cols = logits.shape
     check_same("batch size B", logits=batch, positive_ids=positive_ids.shape[0])
@@ -176,6 +183,7 @@ def sigmoid_pairwise_loss(
     ``"none"``. Chapter 7.
     """
     check_reduction(reduction)
+    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
     columns = in_batch_columns(query, positives, candidates)
     batch = query.shape[0]
     logits = sigmoid_pairwise_logits(query, columns, temperature=temperature, bias=bias)
@@ -213,6 +221,8 @@ class SigmoidPairwiseLoss(nn.Module):
         super().__init__()
         if isinstance(scale, bool) or not isinstance(scale, (int, float)):
             raise ValueError(f"scale must be a number, got {type(scale).__name__}")
+        learnable = check_bool("learnable", learnable)
+        remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
         self.temperature = Temperature.from_scale(scale, learnable=learnable)
         _check_bias(bias)
         tensor = torch.tensor(float(bias))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from candidate_sampling._validate import (
+    check_bool,
     check_choice,
     check_finite,
     check_ids,
@@ -121,8 +122,7 @@ def log_expected_count(
     """
     check_int_range("num_samples", num_samples, 1)
     check_int_range("num_tries", num_tries, num_samples)
-    if not isinstance(unique, bool):
-        raise ValueError(f"unique must be a bool, got {type(unique).__name__}")
+    unique = check_bool("unique", unique)
     if not unique and num_tries != num_samples:
         raise ValueError(
             f"num_tries must equal num_samples ({num_samples}) when unique=False, got {num_tries}"
@@ -281,6 +281,8 @@ class StreamingFrequencyEstimator:
         check_positive("learning_rate", learning_rate)
         if learning_rate > 1:
             raise ValueError(f"learning_rate must be in (0, 1], got {learning_rate!r}")
+        hash_ids = check_bool("hash_ids", hash_ids)
+        warm_start = check_bool("warm_start", warm_start)
         if not hash_ids and num_hashes != 1:
             raise ValueError(f"num_hashes must be 1 when hash_ids=False, got {num_hashes}")
         self.num_buckets = num_buckets

@@ -53,7 +53,12 @@ from dataclasses import dataclass
 
 import torch
 
-from candidate_sampling._validate import check_ids, check_int_range, get_validate_args
+from candidate_sampling._validate import (
+    check_bool,
+    check_ids,
+    check_int_range,
+    get_validate_args,
+)
 from candidate_sampling.device import exact_float64, float64_or_float32, has_float64
 from candidate_sampling.sampling.frequency import _log_expected_count
 
@@ -92,6 +97,10 @@ class CandidateDraw:
     unique: bool
     positive_log_q: torch.Tensor | None = None
     positive_ids: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        # a truthy "no" would read as a unique draw in the losses (RetrievalLoss's log Q)
+        object.__setattr__(self, "unique", check_bool("unique", self.unique))
 
     def check_positive_ids(self, positive_ids: torch.Tensor) -> None:
         """Raise unless this draw was made with ``sample(..., positive_ids=positive_ids)``.
@@ -217,8 +226,7 @@ class CandidateSampler:
         Returns a :class:`CandidateDraw` with ``ids: (k,)`` on the sampler's device.
         """
         check_int_range("num_samples", num_samples, 1)
-        if not isinstance(unique, bool):
-            raise ValueError(f"unique must be a bool, got {type(unique).__name__}")
+        unique = check_bool("unique", unique)
         self._check_generator(generator)
         if unique:
             if num_samples > self.num_allowed:

@@ -49,6 +49,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from candidate_sampling._validate import (
+    check_bool,
     check_int_range,
     check_positive,
     check_reduction,
@@ -280,6 +281,8 @@ def gathered_softmax_loss(
     average of per-rank means is not the global mean: use ``reduction="sum"`` divided by
     ``N``, and sum (not average) over ranks. Chapter 7.
     """
+    # checked before the collective: a bad option fails fast, on every rank
+    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
     gathered = gather_candidates(positives, item_probabilities=item_probabilities, group=group)
     batch = positives.num_candidates
     own = gathered.select(slice(0, batch))
@@ -380,6 +383,7 @@ def ring_sigmoid_loss(
     Chapter 7.
     """
     check_reduction(reduction)
+    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
     check_tensor("query", query, ("B", "d"), floating=True)
     _check_shared(positives)
     batch = query.shape[0]

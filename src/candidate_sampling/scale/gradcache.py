@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from candidate_sampling._validate import check_int_range, check_reduction
+from candidate_sampling._validate import check_bool, check_int_range, check_reduction
 from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.losses.core import Temperature, reduce_loss
 from candidate_sampling.losses.retrieval import _check_in_batch, in_batch_softmax_loss
@@ -237,6 +237,7 @@ def checkpointed_in_batch_softmax_loss(
     """
     check_int_range("block_size", block_size, 1)
     check_reduction(reduction)
+    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
     _check_in_batch(query, positives, candidates)  # no wrap-around: one positive per row
     batch = query.shape[0]
 

@@ -51,6 +51,9 @@ __all__ = [
     "momentum_update",
 ]
 
+#: What the errors of :meth:`CrossBatchMemory.candidates_for` call the queued ids.
+_QUEUED = "memory.ids (the queued ids)"
+
 
 class CrossBatchMemory:
     """A first-in first-out queue of ``size`` embeddings with their ids and enqueue steps.
@@ -178,13 +181,18 @@ class CrossBatchMemory:
         if item_probabilities is None:  # batch_log_q checks the ids otherwise
             check_ids("positive_ids", positive_ids, None)
         else:  # one call: the checks run once
-            batch = positives.shape[0]
-            log_q = batch_log_q(
-                torch.cat([positive_ids, queued_ids]),
-                item_probabilities,
-                num_draws=batch + len(self),
-                name="positive_ids",
-            )
+            batch, num_draws = positives.shape[0], positives.shape[0] + len(self)
+            try:
+                log_q = batch_log_q(
+                    torch.cat([positive_ids, queued_ids]),
+                    item_probabilities,
+                    num_draws=num_draws,
+                    name="positive_ids",
+                )
+            except ValueError:  # (errors only) check each part alone, to name the culprit
+                for name, ids in (("positive_ids", positive_ids), (_QUEUED, queued_ids)):
+                    batch_log_q(ids, item_probabilities, num_draws=num_draws, name=name)
+                raise
             batch_log, queue_log = log_q[:batch], log_q[batch:]
         # never rounded down: a float32 queue stays float32 beside float16 positives
         dtype = torch.promote_types(self._embeddings.dtype, positives.dtype)

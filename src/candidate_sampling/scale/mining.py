@@ -72,6 +72,7 @@ import numpy as np
 import torch
 
 from candidate_sampling._validate import (
+    check_bool,
     check_choice,
     check_finite,
     check_int_range,
@@ -197,6 +198,7 @@ class MinedNegatives:
             raise ValueError(f"log_q must be a finite number, got {log_q!r}")
         if not math.isfinite(log_q):
             raise ValueError(f"log_q must be finite, got {log_q!r}")
+        share = check_bool("share", share)
         ids, rows = self.flat()
         mask = None
         if not share:
