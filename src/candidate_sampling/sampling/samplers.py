@@ -120,8 +120,12 @@ class CandidateDraw:
                 f"draw was made for positive_ids of shape {tuple(self.positive_ids.shape)}, "
                 f"got positive_ids of shape {got}"
             )
-        if get_validate_args() and not torch.equal(
-            self.positive_ids, positive_ids.to(self.positive_ids.device)
+        # the tensor the draw was made with (the usual call) needs no comparison and no
+        # device sync; another tensor is compared while validation is on
+        if (
+            positive_ids is not self.positive_ids
+            and get_validate_args()
+            and not torch.equal(self.positive_ids, positive_ids.to(self.positive_ids.device))
         ):
             raise ValueError(
                 "draw was made for other positive_ids: sample with this batch's "
