@@ -183,3 +183,17 @@ def test_with_mask_ands_the_new_mask_into_the_sets_own():
     out2 = s.with_mask(per_row)
     assert torch.equal(out2.mask, per_row & s.mask)
     assert s.with_mask(None) is s
+
+
+def test_positives_of_names_a_missing_expected_count_truthfully():
+    """A hand-built draw with positive ids but no positive_log_q: the error says that,
+    not that the draw was made without positive ids."""
+    import dataclasses
+
+    ids = torch.tensor([1, 2, 3])
+    draw = UniformSampler(10).sample(4, positive_ids=ids)
+    stripped = dataclasses.replace(draw, positive_log_q=None)
+    with pytest.raises(ValueError, match="carries no expected count"):
+        CandidateSet.positives_of(ids, torch.randn(10, 4), draw=stripped)
+    with pytest.raises(ValueError, match="without positive_ids"):
+        CandidateSet.positives_of(ids, torch.randn(10, 4), draw=UniformSampler(10).sample(4))

@@ -318,13 +318,15 @@ class CandidateSet:
         correct = check_bool("correct", correct)
         log_q = None
         if draw is not None and correct:
+            # the one check that the draw belongs to these ids (made with them; their
+            # shape; the ids themselves while validation is on)
+            draw.check_positive_ids(positive_ids)
             log_q = draw.positive_log_q
-            if log_q is None:
+            if log_q is None:  # a hand-built draw with ids but no expected counts
                 raise ValueError(
-                    "draw was made without positive_ids (draw.positive_log_q is None): "
-                    "sample with positive_ids=... to correct the positives"
+                    "draw.positive_log_q is None: the draw carries no expected count for "
+                    "its positive_ids (sample with positive_ids=...)"
                 )
-            draw.check_positive_ids(positive_ids)  # shape; the ids while validation is on
             if get_validate_args() and bool(torch.isneginf(log_q).any()):
                 raise ValueError(
                     "draw.positive_log_q is -inf for some positive id: the proposal cannot "
