@@ -20,8 +20,14 @@ import pytest
 import torch
 
 import candidate_sampling
+import candidate_sampling.data.synthetic
+import candidate_sampling.eval.baselines
+import candidate_sampling.models
+import candidate_sampling.sampling.hashing
+import candidate_sampling.train
 from candidate_sampling import CandidateSet
 from candidate_sampling.sampling.frequency import (
+    StreamingFrequencyEstimator,
     inclusion_probability,
     item_counts,
     log_expected_count,
@@ -973,3 +979,61 @@ def test_chunked_softmax_minus_inf_bias_is_a_class_of_probability_zero():
     bias[0] = float("nan")
     per_row = chunked_softmax_cross_entropy(Q4, TABLE, PID, class_bias=bias, reduction="none")
     assert bool(torch.isnan(per_row).all())
+
+
+# every public seed and dtype argument: a wrong type is a ValueError naming it, never
+# torch's "manual_seed expected a long" or "'str' object has no attribute" (audit class)
+_SEEDED = [
+    lambda s: candidate_sampling.seed_everything(s),
+    lambda s: candidate_sampling.book_seed(s),
+    lambda s: candidate_sampling.sampling.hashing.draw_hash_parameters(1, seed=s),
+    lambda s: StreamingFrequencyEstimator(8, seed=s),
+    lambda s: candidate_sampling.models.ItemTower(5, 2, seed=s),
+    lambda s: candidate_sampling.data.synthetic.make_softmax_problem(5, 2, seed=s),
+    lambda s: candidate_sampling.data.synthetic.make_context_problem(5, 3, 2, seed=s),
+    lambda s: candidate_sampling.data.synthetic.make_planted_retrieval(3, 5, 2, seed=s),
+    lambda s: candidate_sampling.train.train(
+        torch.nn.Linear(2, 1), lambda m, b: m(b[0]).sum(), [torch.zeros(2, 2)],
+        epochs=1, batch_size=2, seed=s, progress=False),
+]
+
+
+@pytest.mark.parametrize("bad", ["a", 1.5, -1, True, None])
+@pytest.mark.parametrize("call", _SEEDED)
+def test_a_seed_that_is_not_a_non_negative_int_names_seed(call, bad):
+    with pytest.raises(ValueError, match="seed must be"):
+        call(bad)
+
+
+@pytest.mark.parametrize("call", _SEEDED)
+def test_a_valid_seed_is_accepted(call):
+    call(3)
+
+
+@pytest.mark.parametrize("bad", ["float32", torch.int64, 32])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda dt: candidate_sampling.data.synthetic.zipf_probabilities(4, dtype=dt),
+        lambda dt: CrossBatchMemory(4, 2, dtype=dt),
+        lambda dt: candidate_sampling.eval.baselines.interaction_matrix(
+            candidate_sampling.eval.KnownPairs(torch.tensor([0]), torch.tensor([1]), num_items=3),
+            dtype=dt),
+    ],
+)
+def test_a_dtype_that_is_not_a_floating_torch_dtype_names_dtype(call, bad):
+    with pytest.raises(ValueError, match="dtype must be a floating-point torch.dtype"):
+        call(bad)
+
+
+@pytest.mark.parametrize("hash_ids", [True, False])
+def test_frequency_estimator_names_ids_given_as_a_list_and_does_not_advance(hash_ids):
+    est = StreamingFrequencyEstimator(8, hash_ids=hash_ids)
+    for method in (est.update, est.estimate, est.log_inclusion):
+        with pytest.raises(ValueError, match="ids must be a torch.Tensor"):
+            method([1, 2])
+    with pytest.raises(ValueError, match="ids must lie in"):
+        est.update(torch.tensor([1, -2]))
+    assert est.step == 0  # a rejected batch is not a step
+    est.update(torch.tensor([[1, 2], [2, 3]]))  # any shape
+    assert est.step == 1 and float(est.estimate(torch.tensor(2))) == 1.0

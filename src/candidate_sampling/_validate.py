@@ -109,6 +109,19 @@ def check_int_range(name: str, value: int, low: int, high: int | None = None) ->
     return value
 
 
+def check_seed(seed: int) -> int:
+    """``seed`` must be an int in ``[0, 2^64)``, what ``torch.Generator.manual_seed`` takes
+    without wrapping (a str or a float would reach torch as a cryptic error)."""
+    return check_int_range("seed", seed, 0, 2**64 - 1)
+
+
+def check_float_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
+    """``dtype`` must be a floating-point ``torch.dtype`` (not the string ``"float32"``)."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"{name} must be a floating-point torch.dtype, got {dtype!r}")
+    return dtype
+
+
 def check_tensor(
     name: str,
     tensor: torch.Tensor,

@@ -89,7 +89,7 @@ def seed_everything(seed: int) -> torch.Generator:
     The returned generator is for code that wants an explicit stream of randomness;
     samplers take their own ``generator`` on the tensor's device.
     """
-    if not isinstance(seed, int) or seed < 0:
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     random.seed(seed)
     np.random.seed(seed % 2**32)

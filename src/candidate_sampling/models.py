@@ -42,6 +42,7 @@ from candidate_sampling._validate import (
     check_ids,
     check_int_range,
     check_positive,
+    check_seed,
     check_tensor,
     get_validate_args,
 )
@@ -88,6 +89,7 @@ class ItemTower(nn.Module):
         check_int_range("dim", dim, 1)
         check_int_range("num_hashes", num_hashes, 0)
         check_positive("init_scale", init_scale)
+        check_seed(seed)
         sparse = check_bool("sparse", sparse)
         self.num_items = num_items
         self.dim = dim

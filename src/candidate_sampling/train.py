@@ -26,6 +26,7 @@ from candidate_sampling._validate import (
     check_choice,
     check_int_range,
     check_positive,
+    check_seed,
 )
 from candidate_sampling.models import sparse_parameters
 
@@ -166,7 +167,7 @@ def train(
     device = next(model.parameters()).device
     data = [t.to(device) for t in data]
     optimizer = optimizer if optimizer is not None else make_optimizer(model)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(check_seed(seed))
     num_batches = (
         data[0].shape[0] // batch_size if drop_last else -(-data[0].shape[0] // batch_size)
     )

@@ -33,9 +33,11 @@ from dataclasses import dataclass
 import torch
 
 from candidate_sampling._validate import (
+    check_float_dtype,
     check_ids,
     check_int_range,
     check_positive,
+    check_seed,
     check_tensor,
 )
 from candidate_sampling.device import exact_float64, has_float64
@@ -64,6 +66,7 @@ def zipf_probabilities(
     """Zipf law over ranks: ``p_r ∝ 1 / (r + 1)^exponent`` for r = 0 … |V|−1; shape (|V|,)."""
     check_int_range("num_items", num_items, 1)
     check_positive("exponent", exponent)
+    check_float_dtype("dtype", dtype)
     # in float64 on the CPU (every device, MPS included, gets the same values), then moved
     ranks = torch.arange(1, num_items + 1, dtype=torch.float64)
     probs = torch.softmax(-exponent * torch.log(ranks), dim=0)
@@ -164,7 +167,7 @@ def make_softmax_problem(
     check_int_range("num_items", num_items, 2)
     check_int_range("dim", dim, 1)
     check_positive("separation", separation)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(check_seed(seed))
     means = separation * torch.randn(num_items, dim, generator=gen, dtype=torch.float64)
     prior = zipf_probabilities(num_items, zipf_exponent, dtype=torch.float64)
     bias = torch.log(prior) - 0.5 * (means**2).sum(dim=1)
@@ -194,7 +197,7 @@ def make_context_problem(
     check_int_range("num_contexts", num_contexts, 1)
     check_int_range("dim", dim, 1)
     check_positive("signal", signal)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(check_seed(seed))
     weights = signal * torch.randn(num_items, dim, generator=gen)
     contexts = torch.randn(num_contexts, dim, generator=gen) / dim**0.5
     prior = zipf_probabilities(num_items, zipf_exponent)
@@ -384,7 +387,7 @@ def make_planted_retrieval(
     check_int_range("dim", dim, 1)
     check_positive("zipf_exponent", zipf_exponent)
     check_positive("signal", signal)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(check_seed(seed))
     items = torch.randn(num_items, dim, generator=gen, dtype=torch.float64)
     users = (signal / dim**0.5) * torch.randn(num_users, dim, generator=gen, dtype=torch.float64)
     prior = zipf_probabilities(num_items, zipf_exponent, dtype=torch.float64)

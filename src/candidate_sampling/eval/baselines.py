@@ -28,6 +28,7 @@ import torch
 
 from candidate_sampling._validate import (
     check_finite,
+    check_float_dtype,
     check_ids,
     check_int_range,
     check_positive,
@@ -69,8 +70,7 @@ def interaction_matrix(
     if num_users is None:
         num_users = known.num_users
     check_int_range("num_users", num_users, max(known.num_users, 1))
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
+    check_float_dtype("dtype", dtype)
     x = torch.zeros(num_users, known.num_items, dtype=dtype, device=known.device)
     x[known.user_index, known.item_ids] = 1
     return x

@@ -44,7 +44,11 @@ from candidate_sampling._validate import (
     get_validate_args,
 )
 from candidate_sampling.device import exact_float64, float64_or_float32
-from candidate_sampling.sampling.hashing import draw_hash_parameters, universal_hash
+from candidate_sampling.sampling.hashing import (
+    MERSENNE_PRIME,
+    _hash_unchecked,
+    draw_hash_parameters,
+)
 
 __all__ = [
     "MIXED_Q_FORMS",
@@ -301,18 +305,18 @@ class StreamingFrequencyEstimator:
     def buckets(self, ids: torch.Tensor) -> torch.Tensor:
         """``(*ids.shape, num_hashes)`` bucket indices of ``ids``: ids in ``[0, num_buckets)``
         with ``hash_ids=False``, else in the hash's range ``[0, 2^31 − 1)``."""
+        ids = check_ids("ids", ids, MERSENNE_PRIME if self.hash_ids else self.num_buckets)
         ids = ids.to(self.device)
         if not self.hash_ids:
-            check_ids("ids", ids, self.num_buckets)
             return ids.to(torch.int64).unsqueeze(-1)
-        return universal_hash(ids, self.hash_params, self.num_buckets)
+        return _hash_unchecked(ids, self.hash_params, self.num_buckets)
 
     @torch.no_grad()
     def update(self, ids: torch.Tensor) -> None:
         """Advance one step with the batch's item ``ids`` (any shape): Algorithm 2's update."""
+        buckets = self.buckets(ids).reshape(-1, self.num_hashes)  # (n, M); checks ids
         self.step += 1
         t = float(self.step)
-        buckets = self.buckets(ids.reshape(-1))  # (n, M)
         # flat index m * H + b, each bucket once per step
         flat = buckets + torch.arange(self.num_hashes, device=self.device) * self.num_buckets
         flat = torch.unique(flat.reshape(-1))

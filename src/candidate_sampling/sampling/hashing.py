@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from candidate_sampling._validate import check_ids, check_int_range
+from candidate_sampling._validate import check_ids, check_int_range, check_seed
 
 MERSENNE_PRIME = 2**31 - 1
 
@@ -48,7 +48,7 @@ def _scramble_ids(ids: torch.Tensor) -> torch.Tensor:
 def draw_hash_parameters(num_hashes: int, seed: int = 0) -> torch.Tensor:
     """``(num_hashes, 2)`` int64 tensor of ``(a, b)`` pairs, ``a`` in [1, P), ``b`` in [0, P)."""
     check_int_range("num_hashes", num_hashes, 1)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(check_seed(seed))
     a = torch.randint(1, MERSENNE_PRIME, (num_hashes,), generator=generator, dtype=torch.int64)
     b = torch.randint(0, MERSENNE_PRIME, (num_hashes,), generator=generator, dtype=torch.int64)
     return torch.stack([a, b], dim=1)

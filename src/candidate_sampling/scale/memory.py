@@ -35,6 +35,7 @@ from torch import nn
 
 from candidate_sampling._validate import (
     check_finite,
+    check_float_dtype,
     check_ids,
     check_int_range,
     check_same,
@@ -83,8 +84,7 @@ class CrossBatchMemory:
     ) -> None:
         check_int_range("size", size, 1)
         check_int_range("dim", dim, 1)
-        if not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
+        check_float_dtype("dtype", dtype)
         self.size, self.dim = size, dim
         device = torch.device(device) if device is not None else torch.device("cpu")
         self._embeddings = torch.zeros(size, dim, dtype=dtype, device=device)
