@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 import torch
 
@@ -1005,9 +1006,10 @@ def test_a_seed_that_is_not_a_non_negative_int_names_seed(call, bad):
         call(bad)
 
 
-@pytest.mark.parametrize("call", _SEEDED)
-def test_a_valid_seed_is_accepted(call):
-    call(3)
+@pytest.mark.parametrize("seed", [3, np.int64(3), 2**64 - 1])
+@pytest.mark.parametrize("call", _SEEDED[2:])  # seed_everything, book_seed: Python ints
+def test_a_valid_seed_is_accepted(call, seed):
+    call(seed)
 
 
 @pytest.mark.parametrize("bad", ["float32", torch.int64, 32])

@@ -110,8 +110,11 @@ def check_int_range(name: str, value: int, low: int, high: int | None = None) ->
 
 
 def check_seed(seed: int) -> int:
-    """``seed`` must be an int in ``[0, 2^64)``, what ``torch.Generator.manual_seed`` takes
-    without wrapping (a str or a float would reach torch as a cryptic error)."""
+    """``seed`` must be an int (Python's or numpy's) in ``[0, 2^64)``, what
+    ``torch.Generator.manual_seed`` takes without wrapping (a str or a float would reach
+    torch as a cryptic error). Returns the Python int."""
+    if isinstance(seed, np.integer):
+        seed = int(seed)
     return check_int_range("seed", seed, 0, 2**64 - 1)
 
 
