@@ -142,7 +142,7 @@ def test_seed_offset_rejects_bad_values_naming_the_variable(monkeypatch, raw):
 
 @pytest.mark.parametrize("seed", [-1, 1.0, True])
 def test_book_seed_rejects_bad_seeds(seed):
-    with pytest.raises(ValueError, match="seed must be a non-negative int"):
+    with pytest.raises(ValueError, match="seed must be"):
         candidate_sampling.book_seed(seed)
 
 

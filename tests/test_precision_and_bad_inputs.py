@@ -21,7 +21,9 @@ import pytest
 import torch
 
 import candidate_sampling
+import candidate_sampling.data.movielens
 import candidate_sampling.data.synthetic
+import candidate_sampling.losses.core
 import candidate_sampling.eval.baselines
 import candidate_sampling.models
 import candidate_sampling.sampling.hashing
@@ -993,6 +995,7 @@ _SEEDED = [
     lambda s: candidate_sampling.data.synthetic.make_softmax_problem(5, 2, seed=s),
     lambda s: candidate_sampling.data.synthetic.make_context_problem(5, 3, 2, seed=s),
     lambda s: candidate_sampling.data.synthetic.make_planted_retrieval(3, 5, 2, seed=s),
+    lambda s: candidate_sampling.data.movielens.random_split(10, seed=s),
     lambda s: candidate_sampling.train.train(
         torch.nn.Linear(2, 1), lambda m, b: m(b[0]).sum(), [torch.zeros(2, 2)],
         epochs=1, batch_size=2, seed=s, progress=False),
@@ -1007,7 +1010,7 @@ def test_a_seed_that_is_not_a_non_negative_int_names_seed(call, bad):
 
 
 @pytest.mark.parametrize("seed", [3, np.int64(3), 2**64 - 1])
-@pytest.mark.parametrize("call", _SEEDED[2:])  # seed_everything, book_seed: Python ints
+@pytest.mark.parametrize("call", _SEEDED)
 def test_a_valid_seed_is_accepted(call, seed):
     call(seed)
 
@@ -1018,6 +1021,7 @@ def test_a_valid_seed_is_accepted(call, seed):
     [
         lambda dt: candidate_sampling.data.synthetic.zipf_probabilities(4, dtype=dt),
         lambda dt: CrossBatchMemory(4, 2, dtype=dt),
+        lambda dt: candidate_sampling.losses.core.mask_value(dt),
         lambda dt: candidate_sampling.eval.baselines.interaction_matrix(
             candidate_sampling.eval.KnownPairs(torch.tensor([0]), torch.tensor([1]), num_items=3),
             dtype=dt),

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from candidate_sampling._validate import check_seed
+
 DEVICE_ENV_VAR = "CANDIDATE_SAMPLING_DEVICE"
 SEED_ENV_VAR = "CANDIDATE_SAMPLING_SEED"
 #: The distance between the seeds of two book runs. ``book_seed(s)`` under offset ``o``
@@ -78,9 +80,7 @@ def book_seed(seed: int = 0) -> int:
     (``torch.manual_seed(book_seed(3))``), so one environment variable changes every random
     stream of the book at once.
     """
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    return seed + SEED_STRIDE * seed_offset()
+    return check_seed(seed) + SEED_STRIDE * seed_offset()
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -89,8 +89,7 @@ def seed_everything(seed: int) -> torch.Generator:
     The returned generator is for code that wants an explicit stream of randomness;
     samplers take their own ``generator`` on the tensor's device.
     """
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    seed = check_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

@@ -66,7 +66,12 @@ import pandas as pd
 import pooch
 import torch
 
-from candidate_sampling._validate import check_int_range, check_parallel, get_validate_args
+from candidate_sampling._validate import (
+    check_int_range,
+    check_parallel,
+    check_seed,
+    get_validate_args,
+)
 
 __all__ = [
     "DATA_ENV_VAR",
@@ -500,7 +505,7 @@ def random_split(
             f"train_fraction={train_fraction!r} of num={num} leaves an empty split "
             f"({cut} training rows)"
         )
-    order = torch.from_numpy(np.random.default_rng(seed).permutation(num))
+    order = torch.from_numpy(np.random.default_rng(check_seed(seed)).permutation(num))
     return order[:cut], order[cut:]
 
 

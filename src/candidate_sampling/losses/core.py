@@ -53,6 +53,7 @@ from candidate_sampling._validate import (
     check_bool_mask,
     check_broadcasts_to,
     check_choice,
+    check_float_dtype,
     check_positive,
     check_reduction,
     check_tensor,
@@ -93,9 +94,7 @@ def mask_value(dtype: torch.dtype) -> float:
     an ordinary logit never overflows to ``-inf``, and ``exp(mask - max)`` underflows to
     exactly 0, so a masked candidate contributes nothing to a log-sum-exp.
     """
-    if not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating-point dtype, got {dtype}")
-    return torch.finfo(dtype).min / 2
+    return torch.finfo(check_float_dtype("dtype", dtype)).min / 2
 
 
 def _check_step_logits(logits: torch.Tensor) -> None:
