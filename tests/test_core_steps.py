@@ -264,7 +264,7 @@ def test_mask_logits_and_mask_value_bad_inputs():
         mask_logits(torch.zeros(2, 2), torch.zeros(2, 2, dtype=torch.long))
     with pytest.raises(ValueError, match="removed must be a bool tensor, got list"):
         mask_logits(torch.zeros(2, 2), [[True, False], [False, True]])
-    with pytest.raises(ValueError, match="dtype must be a floating-point dtype"):
+    with pytest.raises(ValueError, match="dtype must be a floating-point torch.dtype"):
         mask_value(torch.int64)
 
 
