@@ -419,6 +419,20 @@ def test_draw_made_for_other_positive_ids_is_an_error():
         CandidateSet.positives_of(problem["positive_ids"], problem["classes"], draw=draw)
 
 
+def test_draw_whose_positive_ids_were_overwritten_in_place_is_an_error():
+    # a reused id buffer: the draw holds the same tensor, so only its version tells
+    sampler = UnigramSampler(torch.arange(8, 0, -1).double())
+    ids = torch.tensor([0, 3, 5, 1])
+    draw = sampler.sample(3, positive_ids=ids, generator=gen(0))
+    draw.check_positive_ids(ids)  # untouched: fine
+    ids.copy_(torch.tensor([2, 2, 4, 6]))
+    with pytest.raises(ValueError, match="overwritten in place"):
+        draw.check_positive_ids(ids)
+    with torch.inference_mode():  # inference tensors keep no version: not refused
+        frozen = torch.tensor([0, 3, 5, 1])
+        sampler.sample(3, positive_ids=frozen, generator=gen(0)).check_positive_ids(frozen)
+
+
 def test_more_positives_than_rows_is_an_error():
     problem = sampled_problem()
     positives = CandidateSet.from_ids(torch.tensor([0, 3, 5, 1]), problem["classes"])

@@ -76,6 +76,17 @@ MAX_TRIES = 200_000_000
 _MAX_CHUNK = 1 << 22
 
 
+def _version_of(tensor: torch.Tensor | None) -> int | None:
+    """The tensor's in-place write counter (None for None, and for inference-mode tensors,
+    which keep none)."""
+    if tensor is None:
+        return None
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
+
+
 @dataclass(frozen=True)
 class CandidateDraw:
     """One draw of sampled candidates, shared by a batch (TF's sampler triple).
@@ -101,6 +112,9 @@ class CandidateDraw:
     def __post_init__(self) -> None:
         # a truthy "no" would read as a unique draw in the losses (RetrievalLoss's log Q)
         object.__setattr__(self, "unique", check_bool("unique", self.unique))
+        # the ids' version now: an in-place write to them later (a reused id buffer,
+        # ids.copy_(next_batch)) makes positive_log_q another batch's
+        object.__setattr__(self, "_positive_ids_version", _version_of(self.positive_ids))
 
     def check_positive_ids(self, positive_ids: torch.Tensor) -> None:
         """Raise unless this draw was made with ``sample(..., positive_ids=positive_ids)``.
@@ -120,8 +134,16 @@ class CandidateDraw:
                 f"draw was made for positive_ids of shape {tuple(self.positive_ids.shape)}, "
                 f"got positive_ids of shape {got}"
             )
-        # the tensor the draw was made with (the usual call) needs no comparison and no
-        # device sync; another tensor is compared while validation is on
+        if (
+            positive_ids is self.positive_ids
+            and _version_of(positive_ids) != self._positive_ids_version
+        ):
+            raise ValueError(
+                "draw was made for positive_ids that were overwritten in place since the "
+                "draw: sample again with this batch's positive_ids=..."
+            )
+        # the unchanged tensor the draw was made with (the usual call) needs no comparison
+        # and no device sync; another tensor is compared while validation is on
         if (
             positive_ids is not self.positive_ids
             and get_validate_args()
