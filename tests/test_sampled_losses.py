@@ -308,6 +308,16 @@ def test_effective_sample_size():
     assert effective_sample_size(torch.tensor([1.0, 0.0, 0.0])).item() == pytest.approx(1.0)
 
 
+def test_effective_sample_size_is_scale_free_and_refuses_all_zero_weights():
+    # raw importance ratios, as a careless caller passes them: the normalised weights' ESS
+    raw = torch.tensor([[2.0, 2.0], [3.0, 1.0]], dtype=torch.float64)
+    normalised = raw / raw.sum(-1, keepdim=True)
+    assert torch.allclose(effective_sample_size(raw), effective_sample_size(normalised))
+    assert effective_sample_size(raw).tolist() == pytest.approx([2.0, 1.6])
+    with pytest.raises(ValueError, match="weights must not all be zero"):
+        effective_sample_size(torch.tensor([[0.5, 0.5], [0.0, 0.0]]))
+
+
 @pytest.mark.parametrize("fn", [importance_sampled_log_partition, importance_weights])
 def test_importance_sampling_never_enlarges_scores(fn):
     # log_proposal broadcasts *to* scores (one q shared by the rows), never beyond them

@@ -113,11 +113,12 @@ def importance_weights(scores: torch.Tensor, log_proposal: torch.Tensor) -> torc
 
 
 def effective_sample_size(weights: torch.Tensor) -> torch.Tensor:
-    """Kish's effective sample size ``1 / Σ_i w_i²`` of normalised weights (chapter 2).
+    """Kish's effective sample size ``(Σ_i w_i)² / Σ_i w_i²`` (chapter 2).
 
-    ``weights``: (..., m), non-negative (a value check; NaN is refused too), summing to 1
-    over the last axis → (...). Equals ``m`` for equal weights and 1 when one weight
-    carries all the mass.
+    ``weights``: (..., m), non-negative (a value check; NaN is refused too), not all zero
+    along the last axis → (...). Scale-free: raw importance ratios give the same value as
+    the normalised weights, for which it is ``1 / Σ_i w_i²``. Equals ``m`` for equal
+    weights and 1 when one weight carries all the mass.
     """
     if not isinstance(weights, torch.Tensor) or not weights.is_floating_point():
         raise ValueError("weights must be a floating-point torch.Tensor of shape (..., m)")
@@ -125,6 +126,9 @@ def effective_sample_size(weights: torch.Tensor) -> torch.Tensor:
         raise ValueError(
             f"weights must have shape (..., m) with m >= 1, got {tuple(weights.shape)}"
         )
-    if get_validate_args() and not bool((weights >= 0).all()):
-        raise ValueError(f"weights must be >= 0, got minimum {weights.min().item()!r}")
-    return 1.0 / (weights**2).sum(-1)
+    if get_validate_args():
+        if not bool((weights >= 0).all()):
+            raise ValueError(f"weights must be >= 0, got minimum {weights.min().item()!r}")
+        if not bool((weights.sum(-1) > 0).all()):
+            raise ValueError("weights must not all be zero along the last axis")
+    return weights.sum(-1) ** 2 / (weights**2).sum(-1)
