@@ -214,3 +214,55 @@ def test_check_bool_returns_a_python_bool():
 def test_a_bool_option_is_stored_as_a_python_bool():
     loss = SampledSoftmaxLoss(SAMPLER, 4, unique=np.False_, sparse=np.True_)
     assert loss.unique is False and loss.sparse is True
+
+
+def _public_bool_options() -> set[tuple[str, str]]:
+    """(qualified name, option) of every bool-typed parameter of the public API: the
+    functions and classes in each module's ``__all__`` and the public methods the package
+    defines on those classes (not the ones inherited from torch)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import candidate_sampling
+
+    def ours(obj) -> bool:
+        return str(getattr(obj, "__module__", "")).split(".")[0] == "candidate_sampling"
+
+    def typed_bool(p: inspect.Parameter) -> bool:
+        annotation = p.annotation if isinstance(p.annotation, str) else ""
+        return isinstance(p.default, bool) or "bool" in annotation.split(" | ")
+
+    modules = [candidate_sampling] + [
+        importlib.import_module(m.name)
+        for m in pkgutil.walk_packages(candidate_sampling.__path__, "candidate_sampling.")
+    ]
+    found = set()
+    for module in modules:
+        for public in getattr(module, "__all__", []):
+            obj = getattr(module, public, None)
+            if obj is None or not ours(obj):
+                continue
+            callables = [(obj.__qualname__, obj)]
+            if inspect.isclass(obj):
+                callables += [
+                    (member.__qualname__, member)
+                    for name, member in inspect.getmembers(obj)
+                    if not name.startswith("_") and callable(member) and ours(member)
+                ]
+            for qualname, fn in callables:
+                try:
+                    parameters = inspect.signature(fn).parameters.values()
+                except (TypeError, ValueError):
+                    continue
+                found |= {(qualname, p.name) for p in parameters if typed_bool(p)}
+    return found
+
+
+def test_every_public_bool_option_is_in_the_list():
+    # a new bool option is tested only if it is listed in CASES: this finds the ones not
+    aliases = {"enter_validate_args": "validate_args"}
+    listed = {(aliases.get(_name(entry), _name(entry)), option)
+              for entry, _, _, option in CASES}
+    missing = _public_bool_options() - listed
+    assert not missing, f"bool options missing from CASES: {sorted(missing)}"
