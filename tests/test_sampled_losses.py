@@ -328,6 +328,13 @@ def test_importance_sampling_never_enlarges_scores(fn):
         fn(torch.zeros(2, 1), torch.zeros(2, 3))
 
 
+@pytest.mark.parametrize("scale", [1e-30, 1e30])
+def test_effective_sample_size_is_finite_for_tiny_and_huge_float32_weights(scale):
+    # raw importance ratios far from 1: squaring them under- or overflows float32
+    weights = torch.tensor([[1.0, 1.0, 2.0]]) * scale
+    assert effective_sample_size(weights).item() == pytest.approx(16 / 6)
+
+
 def test_effective_sample_size_refuses_negative_weights():
     with pytest.raises(ValueError, match=r"weights must be >= 0, got minimum -1\.0"):
         effective_sample_size(torch.tensor([2.0, -1.0]))

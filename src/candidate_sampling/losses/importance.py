@@ -131,4 +131,7 @@ def effective_sample_size(weights: torch.Tensor) -> torch.Tensor:
             raise ValueError(f"weights must be >= 0, got minimum {weights.min().item()!r}")
         if not bool((weights.sum(-1) > 0).all()):
             raise ValueError("weights must not all be zero along the last axis")
-    return weights.sum(-1) ** 2 / (weights**2).sum(-1)
+    # divided by the row's largest weight first: raw ratios of 1e-30 or 1e30 would
+    # underflow or overflow when squared (0/0 or inf/inf) although the ESS is finite
+    scaled = weights / weights.amax(-1, keepdim=True)
+    return scaled.sum(-1) ** 2 / (scaled**2).sum(-1)
