@@ -436,3 +436,73 @@ def test_validate_switch_turns_every_value_check_off():
         s = CandidateSet(torch.randn(2, 2), torch.tensor([0, -1]), torch.tensor([0.0, math.nan]))
         out = in_batch_softmax_loss(q, s, sample_weight=torch.tensor([-1.0, 1.0]))
     assert math.isnan(float(out))
+
+
+def _loss_modules():
+    """Every public loss module of ``candidate_sampling.losses``."""
+    import inspect
+
+    import candidate_sampling.losses as losses
+
+    return [
+        getattr(losses, name)
+        for name in losses.__all__
+        if inspect.isclass(getattr(losses, name))
+        and issubclass(getattr(losses, name), torch.nn.Module)
+        and name not in ("Temperature",)
+    ]
+
+
+# constructor options a module shows under another name in its repr
+_SHOWN_AS = {
+    "SigmoidPairwiseLoss": {"scale": "temperature", "learnable": "temperature"},
+    "RetrievalLoss": {
+        "item_probabilities": "log_q_source",
+        "frequency_estimator": "log_q_source",
+        "sampler": "num_samples",
+    },
+}
+
+
+@pytest.mark.parametrize("module", _loss_modules(), ids=lambda m: m.__name__)
+def test_every_loss_module_repr_shows_every_option(module):
+    """The class of HardNegativeSoftmaxLoss hiding min_logit and remove_accidental_hits:
+    an option a module stores and passes on but does not print is invisible when a run's
+    configuration is logged."""
+    import inspect
+
+    options = [
+        name
+        for name, p in inspect.signature(module.__init__).parameters.items()
+        if name != "self" and p.kind is not p.VAR_KEYWORD
+    ]
+    required = {
+        "sampler": candidate_sampling.sampling.UniformSampler(20),
+        "num_samples": 3,
+    }
+    params = inspect.signature(module.__init__).parameters
+    args = [required[name] for name in options if params[name].default is params[name].empty]
+    text = repr(module(*args))
+    for name in options:
+        shown = _SHOWN_AS.get(module.__name__, {}).get(name, name)
+        assert f"{shown}=" in text or f"({shown}):" in text, (module.__name__, name, text)
+
+
+def test_hard_negative_module_passes_every_option_to_its_function():
+    q = torch.randn(5, 3, generator=gen(1), dtype=D64)
+    c = torch.randn(5, 3, generator=gen(2), dtype=D64)
+    ids = torch.tensor([0, 1, 2, 0, 3])
+    positives = CandidateSet(c, ids)
+    options = {
+        "temperature": 0.3,
+        "tau_plus": 0.2,
+        "min_logit": 3.0,  # a floor N e^3 above the debiased sum of these rows: it binds
+        "remove_accidental_hits": False,
+    }
+    module = candidate_sampling.losses.HardNegativeSoftmaxLoss(**options)
+    expected = hard_negative_softmax_loss(q, positives, **options)
+    assert torch.equal(module(q, positives), expected)
+    # each of the two options changes the value: the module must not drop them
+    for name, default in (("min_logit", None), ("remove_accidental_hits", True)):
+        other = hard_negative_softmax_loss(q, positives, **{**options, name: default})
+        assert not torch.allclose(other, expected), name

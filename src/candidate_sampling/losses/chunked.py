@@ -493,6 +493,7 @@ class ChunkedSoftmaxCrossEntropy(_Loss):
     """
 
     _options = ("temperature", "reduction", "ignore_index", "chunk_size", "method")
+    _fn = staticmethod(chunked_softmax_cross_entropy)
 
     def __init__(
         self,
@@ -522,15 +523,6 @@ class ChunkedSoftmaxCrossEntropy(_Loss):
         class_bias: torch.Tensor | None = None,
         sample_weight: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return chunked_softmax_cross_entropy(
-            query,
-            classes,
-            positive_ids,
-            class_bias=class_bias,
-            temperature=self.temperature,
-            ignore_index=self.ignore_index,
-            sample_weight=sample_weight,
-            reduction=self.reduction,
-            chunk_size=self.chunk_size,
-            method=self.method,
+        return self._call(
+            query, classes, positive_ids, class_bias=class_bias, sample_weight=sample_weight
         )

@@ -38,7 +38,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from candidate_sampling._validate import (
     check_bool,
@@ -55,7 +54,6 @@ from candidate_sampling.losses.core import (
     Temperature,
     _Loss,
     apply_temperature,
-    check_temperature,
     logistic_terms,
     mask_logits,
     mask_value,
@@ -437,13 +435,16 @@ class SupConLoss(_Loss):
         self.variant = check_choice("variant", variant, _SUPCON_VARIANTS)
 
 
-class SoftNearestNeighborLoss(nn.Module):
+class SoftNearestNeighborLoss(_Loss):
     """Module form of :func:`soft_nearest_neighbor_loss`, optionally learning T.
 
     ``temperature``: a float or a :class:`~candidate_sampling.losses.core.Temperature`
     (``Temperature(1.0, learnable=True)`` learns T; its parameter is the module's).
     ``forward(embeddings, labels, *, sample_weight=None)``.
     """
+
+    _options = ("temperature", "distance", "reduction")
+    _fn = staticmethod(soft_nearest_neighbor_loss)
 
     def __init__(
         self,
@@ -452,26 +453,5 @@ class SoftNearestNeighborLoss(nn.Module):
         distance: str = "squared_euclidean",
         reduction: str = "mean",
     ) -> None:
-        super().__init__()
+        super().__init__(temperature=temperature, reduction=reduction)
         self.distance = check_choice("distance", distance, _DISTANCES)
-        self.temperature = check_temperature(temperature)
-        self.reduction = check_reduction(reduction)
-
-    def extra_repr(self) -> str:
-        return f"distance={self.distance!r}, reduction={self.reduction!r}"
-
-    def forward(
-        self,
-        embeddings: torch.Tensor,
-        labels: torch.Tensor,
-        *,
-        sample_weight: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        return soft_nearest_neighbor_loss(
-            embeddings,
-            labels,
-            temperature=self.temperature,
-            distance=self.distance,
-            sample_weight=sample_weight,
-            reduction=self.reduction,
-        )

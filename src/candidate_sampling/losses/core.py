@@ -610,8 +610,15 @@ class _Loss(nn.Module):
     def forward(self, *inputs: torch.Tensor, sample_weight: torch.Tensor | None = None):
         """``_fn(*inputs, **options, sample_weight=sample_weight)``: the module's options
         (``_options``) passed as keywords to its loss function."""
+        return self._call(*inputs, sample_weight=sample_weight)
+
+    def _call(self, *inputs, **per_call):
+        """``_fn(*inputs, **per_call, **options)``: one call of the loss function with the
+        options fixed at construction; a subclass whose ``forward`` takes more per-call
+        inputs (a mask, a bias) passes them as ``per_call``. Every option ``_fn`` receives
+        is listed in ``_options``, so the ``repr`` shows all of them."""
         options = {name: getattr(self, name) for name in self._options}
-        return type(self)._fn(*inputs, sample_weight=sample_weight, **options)
+        return type(self)._fn(*inputs, **per_call, **options)
 
     def extra_repr(self) -> str:
         return ", ".join(

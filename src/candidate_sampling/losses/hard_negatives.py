@@ -628,8 +628,11 @@ class HardNegativeSoftmaxLoss(_Loss):
         "dclw_sigma",
         "tau_plus",
         "beta",
+        "min_logit",
+        "remove_accidental_hits",
         "reduction",
     )
+    _fn = staticmethod(hard_negative_softmax_loss)
 
     def __init__(
         self,
@@ -666,20 +669,7 @@ class HardNegativeSoftmaxLoss(_Loss):
         false_negative_mask: torch.Tensor | None = None,
         sample_weight: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return hard_negative_softmax_loss(
-            query,
-            positives,
-            candidates,
-            sample_weight=sample_weight,
-            temperature=self.temperature,
-            remove_accidental_hits=self.remove_accidental_hits,
-            false_negative_mask=false_negative_mask,
-            hardness_alpha=self.hardness_alpha,
-            num_hard_negatives=self.num_hard_negatives,
-            positive_in_denominator=self.positive_in_denominator,
-            dclw_sigma=self.dclw_sigma,
-            tau_plus=self.tau_plus,
-            beta=self.beta,
-            min_logit=self.min_logit,
-            reduction=self.reduction,
+        return self._call(
+            query, positives, candidates,
+            false_negative_mask=false_negative_mask, sample_weight=sample_weight,
         )
