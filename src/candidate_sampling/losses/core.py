@@ -84,6 +84,10 @@ _HALF = (torch.float16, torch.bfloat16)
 #: columns: ``"mask_all"`` removes every copy (the package's default); ``"tensorflow"``
 #: removes only the *last* copy, as TF's ``compute_accidental_hits`` does (it maps each
 #: sampled id to one position — the last — because it presupposes unique candidates).
+#: In a sampler's draw, repeats arise only with replacement, and there removing hits is
+#: biased whichever rule does it: each copy is an ordinary draw with its own
+#: ``log(k q)``, so keep the hits (``remove_accidental_hits=False``). Removing hits is
+#: right for unique draws, where a hit is one column and the two rules agree (chapter 4).
 REPEATED_HITS = ("mask_all", "tensorflow")
 
 
@@ -347,7 +351,10 @@ def accidental_hits(
     exactly the other copies (TF Recommenders' ``remove_accidental_hits``).
     ``repeated_hits`` (:data:`REPEATED_HITS`): ``"mask_all"`` marks every copy of a
     repeated id; ``"tensorflow"`` only the last copy, as TF's ``compute_accidental_hits``
-    (the other copies stay in the softmax as negatives equal to the positive).
+    (the other copies stay in the softmax as negatives equal to the positive). For a
+    sampler's draw: mask the hits of unique draws (the two rules agree there); keep those
+    of draws with replacement, where repeats occur: each copy is an ordinary draw, and
+    masking any biases the sampled softmax's optimum (chapter 4).
     """
     check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
     _check_hit_ids(positive_ids, candidate_ids)

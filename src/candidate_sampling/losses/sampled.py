@@ -15,8 +15,13 @@
 A row's logits are ``[o_i,pos | o_i1 … o_iC]`` with ``o = (u·v + b)/τ − log Q``; candidate
 columns holding the row's positive id are removed (accidental hits, on by default), as
 are columns the set marks invalid; the softmax cross-entropy puts ``1/T`` on each positive
-column. The positives of *other* rows are not negatives here — that is the in-batch
-layout, :func:`~candidate_sampling.losses.retrieval.in_batch_softmax_loss`.
+column. Removing hits is right for unique draws (the samplers' default); for draws with
+replacement pass ``remove_accidental_hits=False``: each copy of the positive is an
+ordinary draw, and removing copies (every one, or TF's one) biases the optimum. TF's
+``sampled_softmax_loss`` returns the per-row losses; the package's default reduction is
+their mean (``reduction="none"`` gives TF's vector). The positives of *other* rows are
+not negatives here — that is the in-batch layout,
+:func:`~candidate_sampling.losses.retrieval.in_batch_softmax_loss`.
 
 :func:`sampled_softmax_from_scores` is the same loss from precomputed scores (chapter 4
 builds logits by hand and compares).
@@ -170,8 +175,10 @@ def sampled_softmax_loss(
     or any concatenation).
     A draw's log Q enters through the sets; build them with ``correct=False`` for no
     correction. ``repeated_hits="tensorflow"`` removes only the last copy of a repeated
-    positive id, as TF. ``sample_weight``: (B,); reduction: mean over rows (Keras
-    semantics, :func:`~candidate_sampling.losses.core.reduce_loss`). TF table: positives
+    positive id, as TF; a candidate set drawn with replacement should keep its hits
+    (``remove_accidental_hits=False``, chapter 4). ``sample_weight``: (B,); reduction:
+    mean over rows (Keras semantics, :func:`~candidate_sampling.losses.core.reduce_loss`;
+    TF returns the per-row vector, ``reduction="none"``). TF table: positives
     T, negatives S − T, input F − log Q, softmax; F learns ``log P(y | x) + K(x)``.
     """
     pos, neg = candidate_logits(
@@ -381,7 +388,9 @@ class SampledSoftmaxLoss(_SampledLoss):
     reduction="mean", sparse=False)``;
     ``forward(query (B, d), classes, positive_ids (B,) or (B, T), *, class_bias=None,
     sample_weight=None, generator=None)`` → loss, where ``classes`` is a class table
-    (|V|, d) or an item encoder. The last draw is kept in ``last_draw``. Chapter 4.
+    (|V|, d) or an item encoder. The last draw is kept in ``last_draw``. With
+    ``unique=False`` pass ``remove_accidental_hits=False`` (hits drawn with replacement
+    are ordinary draws, chapter 4). Chapter 4.
     """
 
     _loss_fn = staticmethod(sampled_softmax_loss)
