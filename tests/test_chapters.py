@@ -120,16 +120,16 @@ def execute_or_reuse(notebook: Path) -> tuple[str, float]:
 CHAPTERS = toc_chapters()
 
 #: Seconds each chapter took in CI (one torch thread, two chapters at a time; the cache's
-#: ``execution_seconds`` of a fresh-clone run, 2026-11-26). Only an order: ``conftest.py``
+#: ``execution_seconds`` of a fresh-clone run, 2026-11-27). Only an order: ``conftest.py``
 #: splits the chapters into two groups of equal expected time, one at the head of each
 #: xdist worker's half, so the two workers finish together. A chapter missing here counts
 #: as the longest.
 CI_SECONDS = {
-    "01_softmax_cross_entropy": 34, "02_importance_sampling": 15,
-    "03_nce_negative_sampling": 26, "04_sampled_softmax": 59,
-    "05_two_tower_retrieval": 148, "06_contrastive_losses": 50,
-    "07_more_negatives": 151, "08_hard_negatives": 173, "09_catalogue_scale": 199,
-    "10_exact_or_sampled": 170,
+    "01_softmax_cross_entropy": 44, "02_importance_sampling": 9,
+    "03_nce_negative_sampling": 51, "04_sampled_softmax": 74,
+    "05_two_tower_retrieval": 89, "06_contrastive_losses": 58,
+    "07_more_negatives": 75, "08_hard_negatives": 107, "09_catalogue_scale": 123,
+    "10_exact_or_sampled": 124,
 }
 
 # Under xdist, tests/conftest.py sets OMP_NUM_THREADS to each worker's share of the cores;
