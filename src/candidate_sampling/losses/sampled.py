@@ -15,7 +15,7 @@
 A row's logits are ``[o_i,pos | o_i1 … o_iC]`` with ``o = (u·v + b)/τ − log Q``; candidate
 columns holding the row's positive id are removed (accidental hits, on by default), as
 are columns the set marks invalid; the softmax cross-entropy puts ``1/T`` on each positive
-column. Removing hits is right for unique draws (the samplers' default); for draws with
+column. Removing hits is right for unique draws (``SampledSoftmaxLoss``'s default); for draws with
 replacement pass ``remove_accidental_hits=False``: each copy of the positive is an
 ordinary draw, and removing copies (every one, or TF's one) biases the optimum. TF's
 ``sampled_softmax_loss`` returns the per-row losses; the package's default reduction is
