@@ -4,6 +4,7 @@ property tests over CandidateSets, sample weights, peer semantics, and the bad-i
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -440,15 +441,11 @@ def test_validate_switch_turns_every_value_check_off():
 
 def _loss_modules():
     """Every public loss module of ``candidate_sampling.losses``."""
-    import inspect
-
-    import candidate_sampling.losses as losses
-
     return [
-        getattr(losses, name)
-        for name in losses.__all__
-        if inspect.isclass(getattr(losses, name))
-        and issubclass(getattr(losses, name), torch.nn.Module)
+        getattr(candidate_sampling.losses, name)
+        for name in candidate_sampling.losses.__all__
+        if inspect.isclass(getattr(candidate_sampling.losses, name))
+        and issubclass(getattr(candidate_sampling.losses, name), torch.nn.Module)
         and name not in ("Temperature",)
     ]
 
@@ -459,7 +456,6 @@ _SHOWN_AS = {
     "RetrievalLoss": {
         "item_probabilities": "log_q_source",
         "frequency_estimator": "log_q_source",
-        "sampler": "num_samples",
     },
 }
 
@@ -469,18 +465,12 @@ def test_every_loss_module_repr_shows_every_option(module):
     """The class of HardNegativeSoftmaxLoss hiding min_logit and remove_accidental_hits:
     an option a module stores and passes on but does not print is invisible when a run's
     configuration is logged."""
-    import inspect
-
-    options = [
-        name
-        for name, p in inspect.signature(module.__init__).parameters.items()
-        if name != "self" and p.kind is not p.VAR_KEYWORD
-    ]
-    required = {
+    params = inspect.signature(module.__init__).parameters
+    options = [name for name, p in params.items() if name != "self" and p.kind is not p.VAR_KEYWORD]
+    required = {  # the positional arguments some modules have no default for
         "sampler": candidate_sampling.sampling.UniformSampler(20),
         "num_samples": 3,
     }
-    params = inspect.signature(module.__init__).parameters
     args = [required[name] for name in options if params[name].default is params[name].empty]
     text = repr(module(*args))
     for name in options:

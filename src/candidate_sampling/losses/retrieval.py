@@ -205,6 +205,7 @@ class RetrievalLoss(_Loss):
 
     _options = (
         "temperature",
+        "sampler",
         "num_samples",
         "unique",
         "remove_accidental_hits",
