@@ -15,7 +15,11 @@ A page fails when
     status, or no table of the machine the build ran on;
   * the intro page has no BibTeX block with the version and URL of CITATION.cff;
   * an API reference page (book/api/) documents no object or has no summary table, or
-    any page shows an unrendered reST directive (``.. automodule::``).
+    any page shows an unrendered reST directive (``.. automodule::``);
+  * a dropdown (``{dropdown}``, e.g. a chapter's *How sure are we?*) is open when the page
+    loads or does not open when asked;
+  * a code block or a cell output scrolls sideways at a 1280-pixel window, with every
+    dropdown, folded code cell and solution opened (each such block is named).
 Usage: python .ci/check_rendered_book.py _build/html [--screenshot DIR] [--browsers N]
 Needs Debian's chromium and chromium-driver and the PyPI packages selenium and PyYAML.
 """
@@ -134,6 +138,41 @@ setTimeout(() => {
   });
   done(report);
 }, 200);
+"""
+
+
+# Runs after BOOK_CHECK (which opened the solutions): every dropdown must render closed and
+# open when asked; then, with every <details> open (dropdowns and folded code cells), no
+# code block or cell output may be wider than its box at the window's 1280 pixels.
+LAYOUT_CHECK = r"""
+const done = arguments[arguments.length - 1];
+const problems = [];
+const dropdowns = [...document.querySelectorAll('details.sd-dropdown')];
+const titleOf = d => (d.querySelector('summary') || d).textContent.trim().slice(0, 60);
+for (const d of dropdowns) {
+  if (d.open) problems.push('dropdown open when the page loads: ' + titleOf(d));
+}
+for (const d of document.querySelectorAll('details')) d.open = true;
+setTimeout(() => {
+  for (const d of dropdowns) {
+    const body = [...d.children].filter(c => c.tagName !== 'SUMMARY');
+    if (!d.open || !body.some(c => c.getClientRects().length > 0)) {
+      problems.push('dropdown does not open: ' + titleOf(d));
+    }
+  }
+  const blocks = [...document.querySelectorAll(
+    'div.highlight pre, div.cell_output pre, div.cell_output div.output, div.cell_output table')];
+  let scrolling = 0;
+  for (const el of blocks) {
+    if (el.getClientRects().length === 0 || el.clientWidth === 0) continue;  // not shown
+    if (el.scrollWidth > el.clientWidth + 1) {
+      scrolling += 1;
+      problems.push(`scrolls sideways (${el.scrollWidth} > ${el.clientWidth} px): `
+        + el.textContent.trim().replace(/\s+/g, ' ').slice(0, 70));
+    }
+  }
+  done({problems, dropdowns: dropdowns.length, blocks: blocks.length, scrolling});
+}, 300);
 """
 
 
@@ -274,6 +313,9 @@ def check_pages(pages: list[tuple[Path, str]], chapters: list[str], config: dict
             book = driver.execute_async_script(BOOK_CHECK)
             book["chapters"] = chapters
             report["problems"] += book_problems(name, book, config, version)
+            layout = driver.execute_async_script(LAYOUT_CHECK)
+            report["problems"] += layout["problems"]
+            report["dropdowns"], report["scrolling"] = layout["dropdowns"], layout["scrolling"]
             results[name] = (report, book)
             if screenshot:
                 screenshot.mkdir(parents=True, exist_ok=True)
@@ -322,7 +364,7 @@ def main() -> int:
         ):
             results.update(share)
     seen = {"status": False, "intro": False, "exercises": 0, "api": 0}
-    failures, total_math = 0, 0
+    failures, total_math, total_scrolling = 0, 0, 0
     for name in names:  # reported in page order, whichever browser opened the page
         report, book = results[name]
         seen["status"] |= name == STATUS_PAGE
@@ -330,11 +372,13 @@ def main() -> int:
         seen["exercises"] += len(book["exercises"])
         seen["api"] += book["apiObjects"] if name.startswith(API_DIR) else 0
         total_math += report["math"]
+        total_scrolling += report["scrolling"]
         status = "FAIL" if report["problems"] else "ok"
         print(f"{status:4} {name}: {report['math']} math, "
               f"{report['typeset']} typeset, {report['images']} images, "
-              f"{len(book['exercises'])} exercises, {len(book['solutions'])} solutions")
-        for problem in report["problems"][:20]:
+              f"{len(book['exercises'])} exercises, {len(book['solutions'])} solutions, "
+              f"{report['dropdowns']} dropdowns, {report['scrolling']} blocks scrolling")
+        for problem in report["problems"][:30]:
             print(f"       - {problem}")
         failures += bool(report["problems"])
     if total_math == 0:
@@ -350,7 +394,8 @@ def main() -> int:
     if not seen["exercises"]:
         print("no exercises found on any page: the check would pass vacuously")
         return 1
-    print(f"{len(pages)} pages checked in {len(shares)} browsers, {failures} with problems")
+    print(f"{len(pages)} pages checked in {len(shares)} browsers, {failures} with problems; "
+          f"{total_scrolling} code or output blocks scroll sideways at 1280 pixels")
     return 1 if failures else 0
 
 

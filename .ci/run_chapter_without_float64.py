@@ -1,6 +1,6 @@
 """Run one chapter on an emulated device without float64 (Apple MPS), on the CPU.
 
-    python .ci/run_chapter_without_float64.py notebooks/09_catalogue_scale.ipynb [--report]
+    python .ci/run_chapter_without_float64.py notebooks/09_training_at_scale.ipynb [--report]
 
 The chapter's code cells run in order as one script, with ``CANDIDATE_SAMPLING_DEVICE``
 set to the stand-in device ``cpu:0`` and the emulation of

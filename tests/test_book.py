@@ -12,6 +12,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -387,3 +388,82 @@ if __name__ == "__main__":
         raise SystemExit(__doc__)
     updated = sync_colab_cells()
     print(f"install cells now use git+{_install_url()}; rewrote: {updated or 'none'}")
+
+
+# --------------------------------------------------------------------------- two layers
+# A chapter's main path teaches; the evidence sits in collapsed boxes under each result
+# (book/contributing.md, "How a chapter is written").
+EVIDENCE_TITLE = "How sure are we?"
+OPTIONAL_PREFIX = "Going deeper:"
+DROPDOWN = re.compile(r"^(?:`{3,}|:{3,})\{dropdown\}[ \t]*(.*)$", re.MULTILINE)
+FENCED = re.compile(r"^(`{3,}|:{3,})\s*\{.*?^\1\s*$", re.S | re.M)
+# words about the book's making, and statistical apparatus, kept off the main path
+MAKING = re.compile(
+    r"\basserted\b|\bthe assert\b|the check asks|the issue behind|\bissue #?\d|"
+    r"earlier version of this chapter|\bpost 00\d|CANDIDATE_SAMPLING_SEED",
+    re.I,
+)
+
+
+def _hidden(cell: dict) -> bool:
+    tags = cell.get("metadata", {}).get("tags", [])
+    return any(t.startswith(("hide-", "remove-")) for t in tags)
+
+
+def _main_path(cell: dict) -> str:
+    """A markdown cell's text outside its fenced directives (dropdowns, exercises,
+    solutions, figures), or '' for a hidden cell."""
+    if cell["cell_type"] != "markdown" or _hidden(cell):
+        return ""
+    return FENCED.sub(" ", _source(cell))
+
+
+def _headings(notebook: Path) -> list[tuple[int, str]]:
+    out = []
+    for index, cell in enumerate(_cells(notebook)):
+        if cell["cell_type"] == "markdown":
+            out += [(index, h.strip()) for h in re.findall(r"^##\s+(.*)$", _main_path(cell), re.M)]
+    return out
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_opens_with_what_it_teaches_prerequisites_and_reading_time(notebook):
+    title = next(c for c in _cells(notebook) if c["cell_type"] == "markdown")
+    text = _source(title)
+    assert text.startswith("# "), f"{notebook.name}: the first text cell is not the title"
+    for needed in ("What you will learn", "Prerequisites", "Reading time"):
+        assert needed in text, f"{notebook.name}: the opening lacks '{needed}'"
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_ends_with_summary_then_exercises_then_sources(notebook):
+    names = [h for _, h in _headings(notebook)]
+    for needed in ("Summary", "Exercises", "On the sources"):
+        assert needed in names, f"{notebook.name}: no '## {needed}' section"
+    order = [names.index(n) for n in ("Summary", "Exercises", "On the sources")]
+    assert order == sorted(order), f"{notebook.name}: sections in the order {names[-6:]}"
+    assert names.index("Summary") >= len(names) - 4, f"{notebook.name}: Summary is not at the end"
+    cells = _cells(notebook)
+    start = next(i for i, h in _headings(notebook) if h == "Summary")
+    summary = _main_path(cells[start]).split("## Summary", 1)[1]
+    bullets = re.findall(r"^[-*] ", summary, re.M)
+    assert 1 <= len(bullets) <= 6, f"{notebook.name}: the summary has {len(bullets)} bullets"
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_dropdowns_hold_evidence_under_one_title(notebook):
+    titles = [t.strip() for c in _cells(notebook) if c["cell_type"] == "markdown"
+              for t in DROPDOWN.findall(_source(c))]
+    assert EVIDENCE_TITLE in titles, f"{notebook.name}: no '{EVIDENCE_TITLE}' box"
+    odd = [t for t in titles if t != EVIDENCE_TITLE and not t.startswith(OPTIONAL_PREFIX)]
+    assert not odd, f"{notebook.name}: dropdowns titled {odd}"
+
+
+@pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
+def test_main_path_speaks_of_its_subject_not_of_its_making(notebook):
+    found = [
+        f"cell {index}: {m.group(0)!r}"
+        for index, cell in enumerate(_cells(notebook))
+        for m in MAKING.finditer(_main_path(cell))
+    ]
+    assert not found, f"{notebook.name}: " + "; ".join(found)
