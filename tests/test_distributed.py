@@ -1,7 +1,9 @@
-"""Cross-device negatives on torch.distributed: 2 gloo processes against one process.
+"""Cross-device negatives on torch.distributed: gloo processes against one process.
 
 One launch (two spawned processes, gloo on 127.0.0.1) runs every multi-process check in
-:func:`_worker` and returns numbers; the tests read them. The reference is the loss on the
+:func:`_worker` and returns numbers; the tests read them. A second launch (four
+processes, which also form two groups of two) compares the recomputing ring with the
+all-gather sigmoid loss and counts what each keeps for backward (:func:`_ring_worker`). The reference is the loss on the
 concatenated batch, written with explicit loops in float64. Each rank's loss is a mean over
 its rows and the parameter gradients are averaged over ranks, as DDP does.
 """
