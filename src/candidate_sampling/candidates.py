@@ -63,7 +63,7 @@ from candidate_sampling._validate import (
 
 __all__ = ["CandidateSet", "SOURCES", "gather_rows"]
 
-#: How a set's columns came to be (:attr:`CandidateSet.source`). The softmax family's
+#: How a set's columns came to be (``CandidateSet.source``). The softmax family's
 #: default removes the accidental hits of the *set* sources (``"unique"``, ``"mined"``,
 #: ``"fixed"``) and keeps those of the *draw* sources (``"replacement"``, ``"batch"``,
 #: ``"ranks"``, ``"queue"``); see the module docstring.

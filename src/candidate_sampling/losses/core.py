@@ -435,7 +435,7 @@ def hits_to_remove(
     """Step 4, which accidental hits a loss removes: (B, C) bool (True = remove) or None.
 
     ``remove_accidental_hits`` True removes every hit, False none; None (every loss's
-    default) follows each column's ``source`` (:attr:`~candidate_sampling.CandidateSet.source`):
+    default) follows each column's ``source`` (``CandidateSet.source``):
 
     * a softmax (``logistic=False``) removes the hits in columns of a *set* — a unique
       draw, mined ids, a fixed set — and keeps those in columns of *draws* — with
