@@ -12,6 +12,17 @@ Two kinds of check:
   ``validate_args``; a training loop that has been debugged can turn them off with
   ``candidate_sampling.set_validate_args(False)`` or, for a block of code, with
   ``with candidate_sampling.validate_args(False): ...``.
+
+  While ``torch.compile`` traces a function (``torch.compiler.is_compiling()``), the value
+  checks are skipped whatever the switch says: each one reads a tensor value on the host,
+  which would split the compiled graph (a *graph break*) at every check. The shape, dtype
+  and option checks still run at trace time (they read metadata only), so a compiled loss
+  is one graph and still refuses a wrong shape. Run a step eagerly once to have the values
+  checked.
+
+A public function checks its arguments once, at its entry, and calls unchecked cores
+(``_name`` functions) for the steps inside: a public step called from inside a loss would
+repeat what the loss checked.
 """
 
 from __future__ import annotations
@@ -34,15 +45,24 @@ def set_validate_args(value: bool) -> None:
 
     Shape and dtype checks are always on. Off saves the device synchronisations those
     checks force (several per loss call on a GPU); bad values then give torch's own error,
-    or a wrong answer, instead of a ``ValueError`` naming the argument.
+    or a wrong answer, instead of a ``ValueError`` naming the argument. Under
+    ``torch.compile`` the value checks are skipped while the function is traced (each would
+    break the graph; see the module docstring and the book's notation page), so a compiled
+    loss is one graph; the shape checks still run.
     """
     global _VALIDATE
     _VALIDATE = check_bool("value", value)
 
 
 def get_validate_args() -> bool:
-    """Whether value checks run (True by default)."""
-    return _VALIDATE
+    """Whether value checks run: the switch (True by default), and never while
+    ``torch.compile`` traces (``torch.compiler.is_compiling()``)."""
+    return _VALIDATE and not _is_compiling()
+
+
+#: ``torch.compiler.is_compiling`` (torch >= 2.3); older versions have no such test and
+#: run the checks (a graph break each) under ``torch.compile``.
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 @contextlib.contextmanager
@@ -81,7 +101,7 @@ def check_positive(name: str, value: float) -> float:
             raise ValueError(f"{name} must be a scalar, got a tensor of shape {tuple(value.shape)}")
         if value.dtype == torch.bool or value.is_complex():
             raise ValueError(f"{name} must be a real number, got a tensor of dtype {value.dtype}")
-        if not _VALIDATE:
+        if not get_validate_args():
             return value
         checked = float(value.detach())
     else:
@@ -225,10 +245,10 @@ def check_ids(name: str, ids: torch.Tensor, num_items: int | None) -> torch.Tens
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise ValueError(f"{name} must be an integer tensor of ids, got {ids.dtype}")
     if num_items is None:
-        if _VALIDATE and ids.numel() and int(ids.min()) < 0:
+        if get_validate_args() and ids.numel() and int(ids.min()) < 0:
             raise ValueError(f"{name} must be >= 0, got {int(ids.min())}")
         return ids
-    if _VALIDATE and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_items):
+    if get_validate_args() and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_items):
         raise ValueError(
             f"{name} must lie in [0, {num_items}), got values in "
             f"[{int(ids.min())}, {int(ids.max())}]"
@@ -238,7 +258,7 @@ def check_ids(name: str, ids: torch.Tensor, num_items: int | None) -> torch.Tens
 
 def check_finite(name: str, tensor: torch.Tensor) -> torch.Tensor:
     """No NaN or infinity allowed (probabilities, log Q, counts); a value check."""
-    if _VALIDATE and not bool(torch.isfinite(tensor).all()):
+    if get_validate_args() and not bool(torch.isfinite(tensor).all()):
         raise ValueError(f"{name} must be finite, got NaN or infinite entries")
     return tensor
 
@@ -252,7 +272,7 @@ def check_probabilities(name: str, probs: torch.Tensor) -> torch.Tensor:
     """A floating tensor with every value in [0, 1] (NaN rejected); the range is a value check."""
     if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor of probabilities")
-    if _VALIDATE and probs.numel() and not bool(((probs >= 0) & (probs <= 1)).all()):
+    if get_validate_args() and probs.numel() and not bool(((probs >= 0) & (probs <= 1)).all()):
         bad = probs[~((probs >= 0) & (probs <= 1))][0].item()
         raise ValueError(f"{name} must lie in [0, 1], got {bad!r}")
     return probs

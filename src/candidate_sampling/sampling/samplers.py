@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import torch
 
 from candidate_sampling._validate import (
+    _is_compiling,
     check_bool,
     check_ids,
     check_int_range,
@@ -136,6 +137,7 @@ class CandidateDraw:
             )
         if (
             positive_ids is self.positive_ids
+            and not _is_compiling()  # a tensor's version counter is not traceable
             and _version_of(positive_ids) != self._positive_ids_version
         ):
             raise ValueError(
