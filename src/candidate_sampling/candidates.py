@@ -27,6 +27,7 @@ obey :func:`candidate_sampling.get_validate_args`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,7 +39,15 @@ from candidate_sampling._validate import (
     check_ids,
     check_same,
     check_tensor,
+    _is_compiling,
     get_validate_args,
+)
+
+#: What a 2.0-style argument (a tuple, a bare tensor) is told to become.
+_BUILD_A_SET = (
+    "build one with CandidateSet.positives_of(positive_ids, classes, draw=draw), "
+    "CandidateSet.from_draw(draw, classes), CandidateSet.from_ids(ids, classes) or "
+    "CandidateSet(embeddings, ids, log_q)"
 )
 
 __all__ = ["CandidateSet", "gather_rows"]
@@ -62,28 +71,41 @@ def gather_rows(
     ``F.embedding(..., sparse=True)`` (sparse gradient of the table). Returns (n, d).
     """
     sparse = check_bool("sparse", sparse)
+    check_tensor("ids", ids, ("n",), floating=False, allow_empty=True)
     if isinstance(classes, torch.Tensor):
         check_tensor(name, classes, ("|V|", "d"), floating=True)
-        check_ids("ids", ids, classes.shape[0])
-        ids = ids.to(classes.device).long()
-        if classes.dtype in _HALF:
-            uniq, inverse = torch.unique(ids, return_inverse=True)
-            rows = torch.nn.functional.embedding(uniq, classes, sparse=sparse)
-            return rows.float()[inverse]
-        if sparse:
-            return torch.nn.functional.embedding(ids, classes, sparse=True)
-        return classes[ids]
-    if not callable(classes):
+        check_ids("ids", ids, classes.shape[0], f"the rows of {name}")
+    elif not callable(classes):
         raise ValueError(
             f"{name} must be a class table (|V|, d) or an item encoder, got "
             f"{type(classes).__name__}"
         )
+    return _gather_rows(classes, ids, sparse, name)
+
+
+def _gather_rows(classes: Classes, ids: torch.Tensor, sparse: bool, name: str) -> torch.Tensor:
+    """:func:`gather_rows` of checked arguments (the encoder's output is checked here)."""
+    if isinstance(classes, torch.Tensor):
+        ids = ids.to(classes.device).long()
+        if classes.dtype in _HALF and not _is_compiling():
+            uniq, inverse = torch.unique(ids, return_inverse=True)
+            rows = torch.nn.functional.embedding(uniq, classes, sparse=sparse)
+            return rows.float()[inverse]
+        if classes.dtype in _HALF:  # a graph has no data-dependent shapes: no unique
+            return torch.nn.functional.embedding(ids, classes, sparse=sparse).float()
+        if sparse:
+            return torch.nn.functional.embedding(ids, classes, sparse=True)
+        return classes[ids]
     rows = classes(ids)
     if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != ids.shape[0]:
         got = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
         raise ValueError(
             f"the item encoder ({name}) must map ids ({ids.shape[0]},) to embeddings "
             f"({ids.shape[0]}, d), got {got}"
+        )
+    if not rows.is_floating_point():
+        raise ValueError(
+            f"the item encoder ({name}) must return floating-point embeddings, got {rows.dtype}"
         )
     return rows
 
@@ -94,7 +116,26 @@ def _check_candidate_set(name: str, value: object, *, optional: bool = False) ->
         return
     if not isinstance(value, CandidateSet):
         wanted = "a CandidateSet or None" if optional else "a CandidateSet"
-        raise ValueError(f"{name} must be {wanted}, got {type(value).__name__}")
+        hint = f" (2.0's tensors and tuples are gone: {_BUILD_A_SET})"
+        if not isinstance(value, (torch.Tensor, tuple, list)):
+            hint = ""
+        raise ValueError(f"{name} must be {wanted}, got {type(value).__name__}{hint}")
+
+
+def _check_draw(draw: object) -> None:
+    """``draw`` must be a :class:`~candidate_sampling.sampling.samplers.CandidateDraw`."""
+    from candidate_sampling.sampling.samplers import CandidateDraw
+
+    if not isinstance(draw, CandidateDraw):
+        hint = ""
+        if isinstance(draw, (tuple, list)):
+            hint = (
+                ": 2.0's tuple draw (ids, log Q, positive log Q) is one CandidateDraw now, "
+                "what sampler.sample(num_samples, positive_ids=...) returns"
+            )
+        raise ValueError(
+            f"draw must be a CandidateDraw (sampler.sample(...)), got {type(draw).__name__}{hint}"
+        )
 
 
 def _check_columns(name: str, tensor: torch.Tensor, num_cols: int) -> None:
@@ -106,6 +147,81 @@ def _check_columns(name: str, tensor: torch.Tensor, num_cols: int) -> None:
             f"{name} must have shape (C,) or (B, C) with C = {num_cols} (embeddings), "
             f"got {tuple(tensor.shape)}"
         )
+
+
+def _check_columns_index(columns: object, num: int) -> None:
+    """:meth:`CandidateSet.select`'s ``columns``: a (C',) integer tensor in ``[0, C)`` or a
+    (C,) bool tensor."""
+    if not isinstance(columns, torch.Tensor):
+        raise ValueError(
+            f"columns must be a slice or a tensor of column indices, got {type(columns).__name__}"
+        )
+    if columns.dtype == torch.bool:
+        check_tensor("columns", columns, (num,), allow_empty=True)
+        return
+    check_tensor("columns", columns, ("C'",), floating=False, allow_empty=True)
+    check_ids(f"columns (of a set of {num} columns)", columns, num)
+
+
+def _check_table_and_bias(
+    classes: Classes, class_bias: torch.Tensor | None, ids: torch.Tensor, name: str = "ids"
+) -> None:
+    """``classes`` (a table or an encoder), ``class_bias`` (|V|,) and the range of ``ids``
+    (integer (C,), checked by the caller) — every check of :meth:`CandidateSet.from_ids`
+    but those of its ``log_q`` and ``mask``, which the set's own checks make."""
+    if isinstance(classes, torch.Tensor):
+        check_tensor("classes", classes, ("|V|", "d"), floating=True)
+    elif not callable(classes):
+        raise ValueError(
+            "classes must be a class table (|V|, d) or an item encoder, got "
+            f"{type(classes).__name__}"
+        )
+    if class_bias is not None:
+        check_tensor("class_bias", class_bias, ("|V|",), floating=True)
+        if isinstance(classes, torch.Tensor):
+            check_same(
+                "number of classes |V|", classes=classes.shape[0], class_bias=class_bias.shape[0]
+            )
+    if isinstance(classes, torch.Tensor):
+        check_ids(name, ids, classes.shape[0], "the rows of classes")
+    elif class_bias is not None:  # an item encoder has no |V| of its own: class_bias sets it
+        check_ids(f"{name} (indices into class_bias of length {class_bias.shape[0]})", ids, class_bias.shape[0])
+    else:
+        check_ids(name, ids, None)
+
+
+def _positives_and_log_q(
+    positive_ids: torch.Tensor, classes: Classes, draw, correct: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``positive_ids`` (B,) or (B, T), checked, and their log Q under ``draw`` (flat), or
+    None (no draw, or ``correct=False``)."""
+    if not isinstance(positive_ids, torch.Tensor) or positive_ids.dim() not in (1, 2):
+        got = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
+        raise ValueError(f"positive_ids must have shape (B,) or (B, T), got {got}")
+    check_tensor(
+        "positive_ids", positive_ids, ("B",) + ("T",) * (positive_ids.dim() - 1), floating=False
+    )
+    correct = check_bool("correct", correct)
+    if draw is not None:
+        _check_draw(draw)
+    if draw is None or not correct:
+        return positive_ids, None
+    # the one check that the draw belongs to these ids (made with them; their shape; the
+    # ids themselves while validation is on)
+    draw.check_positive_ids(positive_ids)
+    log_q = draw.positive_log_q
+    if log_q is None:  # a hand-built draw with ids but no expected counts
+        raise ValueError(
+            "draw.positive_log_q is None: the draw carries no expected count for "
+            "its positive_ids (sample with positive_ids=...)"
+        )
+    if get_validate_args() and bool(torch.isneginf(log_q).any()):
+        raise ValueError(
+            "draw.positive_log_q is -inf for some positive id: the proposal cannot "
+            "draw it (an excluded id?), so the sampled loss is undefined for that row"
+        )
+    # the draw's own dtype, as from_draw keeps it (a float64 draw stays exact)
+    return positive_ids, log_q.reshape(-1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,11 +245,14 @@ class CandidateSet:
     bias: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
+        self._check(ids_checked=False)
+
+    def _check(self, *, ids_checked: bool) -> None:
+        """The constructor's checks; ``ids_checked``: the ids' values were checked already
+        (a constructor that gathered them from a table checked their range)."""
         check_tensor("embeddings", self.embeddings, ("C", "d"), floating=True, allow_empty=True)
         num, device = self.embeddings.shape[0], self.embeddings.device
         check_tensor("ids", self.ids, (num,), floating=False, allow_empty=True)
-        if self.ids.dtype == torch.bool:
-            raise ValueError("ids must be an integer tensor of ids, got torch.bool")
         if self.ids.dtype != torch.int64:
             object.__setattr__(self, "ids", self.ids.long())
         for name in ("ids", "log_q", "mask", "bias"):
@@ -166,8 +285,8 @@ class CandidateSet:
             )
         if self.bias is not None:
             check_tensor("bias", self.bias, (num,), floating=True, allow_empty=True)
-        if get_validate_args() and num and int(self.ids.min()) < 0:
-            raise ValueError(f"ids must be >= 0, got {int(self.ids.min())}")
+        if not ids_checked:
+            check_ids("ids", self.ids, None)
 
     # ------------------------------------------------------------------ properties
     @classmethod
@@ -216,6 +335,14 @@ class CandidateSet:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
+    def _checked(cls, embeddings, ids, log_q=None, mask=None, bias=None) -> CandidateSet:
+        """A set whose ids were range-checked by the caller (gathered from a table or
+        checked against an encoder): every other field is checked as in the constructor."""
+        out = cls._unchecked(embeddings, ids, log_q, mask, bias)
+        out._check(ids_checked=True)
+        return out
+
+    @classmethod
     def from_ids(
         cls,
         ids: torch.Tensor,
@@ -229,35 +356,34 @@ class CandidateSet:
         """Columns for given ``ids`` (C,), rows gathered from ``classes`` (table or encoder).
 
         ``log_q``: (C,), (B, C), a float given to every column (e.g. 0 = an expected count
-        of 1, a mined negative), or None; ``mask``: (C,) or (B, C) bool, True = valid;
-        ``class_bias``: (|V|,) per-class score bias, gathered at ``ids``: |V| is the
-        table's number of rows, and with an item encoder every id must be
-        < ``len(class_bias)``. Half-precision tables are gathered as in
-        :func:`gather_rows` (float32 gradients of repeated ids).
+        of 1, a mined negative), or None (default: no correction); ``mask``: (C,) or (B, C)
+        bool, True = valid (default None: every column valid); ``class_bias``: (|V|,)
+        per-class score bias, gathered at ``ids``: |V| is the table's number of rows, and
+        with an item encoder every id must be < ``len(class_bias)``. Half-precision tables
+        are gathered as in :func:`gather_rows` (float32 gradients of repeated ids).
         """
         check_tensor("ids", ids, ("C",), floating=False, allow_empty=True)
-        if class_bias is not None:
-            check_tensor("class_bias", class_bias, ("|V|",), floating=True)
-            if isinstance(classes, torch.Tensor) and classes.dim() == 2:
-                check_same(
-                    "number of classes |V|",
-                    classes=classes.shape[0],
-                    class_bias=class_bias.shape[0],
-                )
-            else:  # an item encoder has no |V| of its own: class_bias sets it
-                check_ids(
-                    f"ids (indices into class_bias of length {class_bias.shape[0]})",
-                    ids,
-                    class_bias.shape[0],
-                )
-        embeddings = gather_rows(classes, ids, sparse=sparse)
+        sparse = check_bool("sparse", sparse)
+        if isinstance(log_q, bool) or not (
+            log_q is None or isinstance(log_q, (int, float, torch.Tensor))
+        ):
+            raise ValueError(f"log_q must be a tensor, a number or None, got {log_q!r}")
+        if isinstance(log_q, (int, float)) and not math.isfinite(log_q):
+            raise ValueError(f"log_q must be finite, got {log_q!r}")
+        _check_table_and_bias(classes, class_bias, ids)
+        return cls._from_checked_ids(ids, classes, log_q, mask, class_bias, sparse)
+
+    @classmethod
+    def _from_checked_ids(cls, ids, classes, log_q, mask, class_bias, sparse) -> CandidateSet:
+        """:meth:`from_ids` of checked ``ids``, ``classes`` and ``class_bias``."""
+        embeddings = _gather_rows(classes, ids, sparse, "classes")
         ids = ids.to(embeddings.device)
-        if isinstance(log_q, (int, float)) and not isinstance(log_q, bool):
+        if isinstance(log_q, (int, float)):
             log_q = torch.full(ids.shape, float(log_q), device=embeddings.device)
         bias = None
         if class_bias is not None:
             bias = class_bias[ids.to(class_bias.device).long()].to(embeddings.device)
-        return cls(embeddings, ids, log_q, mask, bias)
+        return cls._checked(embeddings, ids, log_q, mask, bias)
 
     @classmethod
     def from_draw(
@@ -273,13 +399,12 @@ class CandidateSet:
 
         Rows of ``draw.ids`` from a class table (|V|, d) or an item encoder; ``log_q`` =
         ``draw.log_q``, the log expected count of each sampled id under the draw (TF's
-        ``sampled_expected_count``), or None with ``correct=False`` (negative sampling).
-        Chapters 3–5.
+        ``sampled_expected_count``), with ``correct=True`` (the default), or None with
+        ``correct=False`` (negative sampling). With a half-precision table, build the
+        positives and the draw together (:meth:`from_positives_and_draw`): one gather, so
+        an id that is both gets one float32 gradient. Chapters 3–5.
         """
-        from candidate_sampling.sampling.samplers import CandidateDraw
-
-        if not isinstance(draw, CandidateDraw):
-            raise ValueError(f"draw must be a CandidateDraw, got {type(draw).__name__}")
+        _check_draw(draw)
         correct = check_bool("correct", correct)
         return cls.from_ids(
             draw.ids,
@@ -310,35 +435,56 @@ class CandidateSet:
         positives (other ids, another shape, or no ``positive_log_q``) is an error
         (:meth:`~candidate_sampling.sampling.samplers.CandidateDraw.check_positive_ids`;
         the ids are a value check, skipped when validation is off).
-        ``correct=False`` or no draw: no correction. Chapters 3–4.
+        ``correct=False`` or no draw (the default, None): no correction. With a
+        half-precision table, :meth:`from_positives_and_draw` gathers the positives and
+        the draw at once (see :meth:`from_draw`). Chapters 3–4.
         """
-        if not isinstance(positive_ids, torch.Tensor) or positive_ids.dim() not in (1, 2):
-            got = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
-            raise ValueError(f"positive_ids must have shape (B,) or (B, T), got {got}")
-        correct = check_bool("correct", correct)
-        log_q = None
-        if draw is not None and correct:
-            # the one check that the draw belongs to these ids (made with them; their
-            # shape; the ids themselves while validation is on)
-            draw.check_positive_ids(positive_ids)
-            log_q = draw.positive_log_q
-            if log_q is None:  # a hand-built draw with ids but no expected counts
-                raise ValueError(
-                    "draw.positive_log_q is None: the draw carries no expected count for "
-                    "its positive_ids (sample with positive_ids=...)"
-                )
-            if get_validate_args() and bool(torch.isneginf(log_q).any()):
-                raise ValueError(
-                    "draw.positive_log_q is -inf for some positive id: the proposal cannot "
-                    "draw it (an excluded id?), so the sampled loss is undefined for that row"
-                )
-            log_q = log_q.reshape(-1)
+        positive_ids, log_q = _positives_and_log_q(positive_ids, classes, draw, correct)
+        sparse = check_bool("sparse", sparse)
         flat = positive_ids.reshape(-1)
-        out = cls.from_ids(flat, classes, class_bias=class_bias, sparse=sparse)
-        if log_q is not None:
-            # the draw's own dtype, as from_draw keeps it (a float64 draw stays exact)
-            out = cls(out.embeddings, out.ids, log_q.to(out.device), None, out.bias)
-        return out
+        _check_table_and_bias(classes, class_bias, flat, name="positive_ids")
+        return cls._from_checked_ids(flat, classes, log_q, None, class_bias, sparse)
+
+    @classmethod
+    def from_positives_and_draw(
+        cls,
+        positive_ids: torch.Tensor,
+        classes: Classes,
+        draw,
+        *,
+        class_bias: torch.Tensor | None = None,
+        correct: bool = True,
+        sparse: bool = False,
+    ) -> tuple[CandidateSet, CandidateSet]:
+        """``(positives_of(positive_ids, ...), from_draw(draw, ...))`` from **one** gather.
+
+        The same two sets as :meth:`positives_of` and :meth:`from_draw`, with the rows of
+        ``positive_ids`` and ``draw.ids`` gathered from ``classes`` in one call. For a
+        float32 table the two ways are the same; for a float16 / bfloat16 table the one
+        gather upcasts each distinct row once (:func:`gather_rows`), so an id that is a
+        positive *and* a sampled candidate (an accidental hit) receives its two gradients
+        summed in float32 and cast once: two gathers would cast each to float16 alone,
+        where two large opposite halves overflow to ``+inf − inf = NaN``. The sampled loss
+        modules build their sets with it. ``draw`` is required; ``correct=False``: neither
+        set carries log Q. Chapters 3–4.
+        """
+        _check_draw(draw)
+        positive_ids, log_q = _positives_and_log_q(positive_ids, classes, draw, correct)
+        sparse = check_bool("sparse", sparse)
+        flat = positive_ids.reshape(-1)
+        both = torch.cat([flat, draw.ids.to(flat.device)])
+        _check_table_and_bias(classes, class_bias, both, name="positive_ids and draw.ids")
+        joined = cls._from_checked_ids(both, classes, None, None, class_bias, sparse)
+        num = flat.shape[0]
+
+        def part(columns: slice, part_log_q: torch.Tensor | None) -> CandidateSet:
+            bias = None if joined.bias is None else joined.bias[columns]
+            if part_log_q is not None:
+                part_log_q = part_log_q.to(joined.device)
+            return cls._checked(joined.embeddings[columns], joined.ids[columns], part_log_q, None, bias)
+
+        draw_log_q = draw.log_q if correct else None
+        return part(slice(0, num), log_q), part(slice(num, None), draw_log_q)
 
     @classmethod
     def from_batch(
@@ -359,18 +505,25 @@ class CandidateSet:
         a queue of past positives); ``frequency_estimator`` (a
         :class:`~candidate_sampling.sampling.frequency.StreamingFrequencyEstimator`) →
         its ``log_inclusion``, which equals the log expected count for rare items
-        (chapter 5). Neither: no correction.
+        (chapter 5). Neither (the default): no correction; ``num_draws`` then is an error
+        (it scales ``item_probabilities`` only).
         """
         check_tensor("embeddings", embeddings, ("B", "d"), floating=True)
-        check_tensor("ids", ids, (embeddings.shape[0],), floating=False)
+        check_tensor("ids", ids, ("B",), floating=False)
+        check_same("batch size B", embeddings=embeddings.shape[0], ids=ids.shape[0])
         if item_probabilities is not None and frequency_estimator is not None:
             raise ValueError("give item_probabilities or frequency_estimator, not both")
+        if num_draws is not None and item_probabilities is None:
+            raise ValueError(
+                "num_draws needs item_probabilities (it is the n of log(n·p(y))); "
+                f"got num_draws={num_draws!r} without them"
+            )
         log_q = None
         if item_probabilities is not None:
             from candidate_sampling.sampling.frequency import batch_log_q
 
             n = embeddings.shape[0] if num_draws is None else num_draws
-            log_q = batch_log_q(ids, item_probabilities, num_draws=n)
+            log_q = batch_log_q(ids, item_probabilities, num_draws=n)  # checks the ids
         elif frequency_estimator is not None:
             from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator
 
@@ -379,11 +532,12 @@ class CandidateSet:
                     "frequency_estimator must be a StreamingFrequencyEstimator, got "
                     f"{type(frequency_estimator).__name__}"
                 )
-            log_q = frequency_estimator.log_inclusion(ids)
+            log_q = frequency_estimator.log_inclusion(ids)  # checks the ids
         ids = ids.to(embeddings.device)
         if log_q is not None:
             log_q = log_q.to(embeddings.device, torch.float32)
-        return cls(embeddings, ids, log_q)
+            return cls._checked(embeddings, ids, log_q)
+        return cls(embeddings, ids)
 
     # ------------------------------------------------------------------ combining
     @staticmethod
@@ -403,12 +557,12 @@ class CandidateSet:
             _check_candidate_set(f"sets[{i}]", s)
         if len(sets) == 1:
             return sets[0]
-        dims = {s.dim for s in sets}
-        if len(dims) > 1:
-            raise ValueError(f"every set must have the same embedding size d, got {sorted(dims)}")
-        devices = {s.device for s in sets}
-        if len(devices) > 1:
-            raise ValueError(f"every set must be on one device, got {sorted(map(str, devices))}")
+        if len({s.dim for s in sets}) > 1:
+            listed = ", ".join(f"sets[{i}]: {s.dim}" for i, s in enumerate(sets))
+            raise ValueError(f"every set must have the same embedding size d, got {listed}")
+        if len({s.device for s in sets}) > 1:
+            listed = ", ".join(f"sets[{i}]: {s.device}" for i, s in enumerate(sets))
+            raise ValueError(f"every set must be on one device, got {listed}")
         rows = {s.batch_size for s in sets} - {None}
         if len(rows) > 1:
             raise ValueError(f"per-row (B, C) parts must agree on B, got {sorted(rows)}")
@@ -449,7 +603,13 @@ class CandidateSet:
 
     def select(self, columns: torch.Tensor | slice) -> CandidateSet:
         """The columns ``columns`` (an index tensor or a slice) of this set, with their
-        log Q, mask and bias."""
+        log Q, mask and bias.
+
+        ``columns``: a slice, a (C',) integer tensor of column indices in ``[0, C)`` (a
+        value check; a negative index is an error, not counted from the end) or a (C,)
+        bool tensor (True = keep)."""
+        if not isinstance(columns, slice):
+            _check_columns_index(columns, self.num_candidates)
 
         def pick(t):
             return None if t is None else t[..., columns]

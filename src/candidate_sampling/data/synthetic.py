@@ -39,6 +39,8 @@ from candidate_sampling._validate import (
     check_positive,
     check_seed,
     check_tensor,
+    check_generator,
+    common_float_dtype,
 )
 from candidate_sampling.device import exact_float64, has_float64
 
@@ -115,7 +117,8 @@ class SyntheticSoftmax:
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """True logits ``s*(x, y)`` for every class: (n, d) → (n, |V|)."""
         check_tensor("x", x, ("n", self.dim), floating=True)
-        return x @ self.weights.T + self.bias
+        dtype = common_float_dtype(x=x, weights=self.weights)  # float16 x: scored in float32
+        return x.to(dtype) @ self.weights.to(dtype).T + self.bias.to(dtype)
 
     def log_probs(self, x: torch.Tensor) -> torch.Tensor:
         """True ``log P(y | x)`` for every class: (n, d) → (n, |V|)."""
@@ -133,6 +136,7 @@ class SyntheticSoftmax:
         ``generator`` must live on the problem's device (``torch.Generator(device)``).
         """
         check_int_range("num_examples", num_examples, 1)
+        check_generator("generator", generator, self.device)
         if self.contexts is None:
             y = torch.multinomial(self.prior, num_examples, replacement=True, generator=generator)
             noise = torch.randn(num_examples, self.dim, device=self.device, generator=generator)
@@ -169,6 +173,7 @@ def make_softmax_problem(
     check_positive("separation", separation)
     gen = torch.Generator().manual_seed(check_seed(seed))
     means = separation * torch.randn(num_items, dim, generator=gen, dtype=torch.float64)
+    check_positive("zipf_exponent", zipf_exponent)
     prior = zipf_probabilities(num_items, zipf_exponent, dtype=torch.float64)
     bias = torch.log(prior) - 0.5 * (means**2).sum(dim=1)
     return SyntheticSoftmax(
@@ -200,6 +205,7 @@ def make_context_problem(
     gen = torch.Generator().manual_seed(check_seed(seed))
     weights = signal * torch.randn(num_items, dim, generator=gen)
     contexts = torch.randn(num_contexts, dim, generator=gen) / dim**0.5
+    check_positive("zipf_exponent", zipf_exponent)
     prior = zipf_probabilities(num_items, zipf_exponent)
     return SyntheticSoftmax(
         weights=weights.to(device),
@@ -323,6 +329,7 @@ class PlantedRetrieval:
         ``O(n · |V|)``. ``generator`` must live on the problem's device. The pairs are
         returned in a random order.
         """
+        check_generator("generator", generator, self.device)
         if user_ids is None:
             check_int_range("num_examples", num_examples, 1)
             users = torch.randint(
@@ -390,6 +397,7 @@ def make_planted_retrieval(
     gen = torch.Generator().manual_seed(check_seed(seed))
     items = torch.randn(num_items, dim, generator=gen, dtype=torch.float64)
     users = (signal / dim**0.5) * torch.randn(num_users, dim, generator=gen, dtype=torch.float64)
+    check_positive("zipf_exponent", zipf_exponent)
     prior = zipf_probabilities(num_items, zipf_exponent, dtype=torch.float64)
     bias = torch.log(prior) - signal**2 * (items**2).sum(1) / (2 * dim)
     return PlantedRetrieval(

@@ -27,11 +27,13 @@ from __future__ import annotations
 import torch
 
 from candidate_sampling._validate import (
+    check_counts,
     check_finite,
     check_float_dtype,
     check_ids,
     check_int_range,
     check_positive,
+    check_real_tensor,
     check_tensor,
 )
 from candidate_sampling.device import exact_float64, float64_or_float32
@@ -85,8 +87,8 @@ def most_popular_scores(counts: torch.Tensor) -> torch.Tensor:
     counted. The same list for every user: as embeddings, a ``(U, 1)`` column of ones and
     ``most_popular_scores(counts)[:, None]`` as the ``(|V|, 1)`` items.
     """
-    check_tensor("counts", counts, ("|V|",))
-    check_finite("counts", counts)  # NaN would sort first: the "most popular" item
+    check_real_tensor("counts", counts, ("|V|",))
+    check_counts("counts", counts, ("|V|",))  # NaN would sort first: the "most popular" item
     # float64, or float32 on MPS (no float64 there): −r is exact in float32 below 2^24 items
     dtype = float64_or_float32(counts.device)
     order = torch.argsort(-exact_float64(counts), stable=True).to(counts.device)
@@ -220,5 +222,5 @@ def top_k_from_scores(
     with torch.no_grad():
         if known is not None:
             users = torch.arange(scores.shape[0], device=scores.device)
-            ranked = known.fill_(scores.clone(), users)
+            ranked = known._fill(scores.clone(), users)
         return torch.topk(ranked, k, dim=1).indices

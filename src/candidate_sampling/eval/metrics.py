@@ -49,9 +49,11 @@ import torch
 
 from candidate_sampling._validate import (
     check_finite,
+    check_generator,
     check_ids,
     check_int_range,
     check_parallel,
+    check_real_tensor,
     check_same,
     check_tensor,
     common_float_dtype,
@@ -139,7 +141,9 @@ def check_pairs(
     check_parallel(
         "number of interactions n", user_index=user_index, positive_ids=positive_ids, **more
     )
+    check_int_range("num_items", num_items, 1)
     if num_users is not None:
+        check_int_range("num_users", num_users, 1)
         check_ids("user_index", user_index, num_users)
     check_ids("positive_ids", positive_ids, num_items)
 
@@ -152,8 +156,8 @@ def count_above(scores: torch.Tensor, positive_scores: torch.Tensor) -> torch.Te
     item) never counts. ``scores``: (n, m); ``positive_scores``: (n,), one per row (never
     broadcast). Chapters 5 and 9.
     """
-    check_tensor("scores", scores, ("n", "m"), allow_empty=True)
-    check_tensor("positive_scores", positive_scores, ("n",), allow_empty=True)
+    check_real_tensor("scores", scores, ("n", "m"))
+    check_real_tensor("positive_scores", positive_scores, ("n",))
     check_same("number of rows n", scores=scores.shape[0], positive_scores=positive_scores.shape[0])
     return _count_above(scores, positive_scores)
 
@@ -232,7 +236,7 @@ def _ranks_of_pairs(
             rows = score_rows(u)
             target_score = rows.gather(1, t[:, None])[:, 0]
             if known is not None:
-                known.fill_(rows, u)
+                known._fill(rows, u)
             ranks[start : start + step] = _count_above(rows, target_score)
         return ranks
     order = torch.argsort(users, stable=True)
@@ -249,7 +253,7 @@ def _ranks_of_pairs(
         )
         target_score = rows[row_of_pair, targets[lo:hi]]
         if known is not None:
-            known.fill_(rows, u)
+            known._fill(rows, u)
         for j in range(u.shape[0]):  # a user's pairs, at most `step` at a time (memory)
             for a in range(bounds[first + j], bounds[first + j + 1], step):
                 b = min(a + step, bounds[first + j + 1])
@@ -303,7 +307,7 @@ def _check_top_k(k: int, known: KnownPairs | None, num_users: int, num_items: in
     check_known(known, num_users, num_items)
     if known is None or not get_validate_args() or len(known) == 0:
         return
-    counts = known.counts(torch.arange(num_users, device=known.device))
+    counts = known._counts_of(torch.arange(num_users, device=known.device))
     most, user = (int(v) for v in counts.max(0))
     if k > num_items - most:
         raise ValueError(
@@ -341,7 +345,7 @@ def top_k_items(
             u = torch.arange(start, min(start + step, num_users), device=device)
             scores = user_embeddings[u] @ item_embeddings.T
             if known is not None:
-                known.fill_(scores, u)
+                known._fill(scores, u)
             out.append(torch.topk(scores, k, dim=1).indices)
     return torch.cat(out)
 
@@ -361,8 +365,8 @@ def _check_ks(ks: Sequence[int]) -> None:
         raise ValueError(
             f"ks must be a sequence of ints, e.g. (10,), got {type(ks).__name__} {ks!r}"
         )
-    for k in ks:
-        check_int_range("k", k, 1)
+    for i, k in enumerate(ks):
+        check_int_range(f"ks[{i}]", k, 1)
 
 
 def _check_ranks(ranks: torch.Tensor, ks: Sequence[int]) -> None:
@@ -445,6 +449,7 @@ def sample_unseen_negatives(
     check_int_range("num_items", num_items, 1)
     check_pairs(user_index, positive_ids, num_users=num_users, num_items=num_items)
     check_known(known, num_users, num_items)
+    check_generator("generator", generator, user_index.device)
     return _sample_unseen(user_index, positive_ids, num_items, num_negatives, known, generator)
 
 
@@ -462,8 +467,8 @@ def _sample_unseen(
     device = users.device
     allowed = torch.full_like(users, num_items - 1)  # every item but the positive
     if known is not None:
-        positive_known = known.contains(users, targets).to(device)
-        allowed = allowed - known.counts(users).to(device) + positive_known.long()
+        positive_known = known._mask(users, targets[:, None])[:, 0].to(device)
+        allowed = allowed - known._counts_of(users).to(device) + positive_known.long()
     if bool((allowed < num_negatives).any()):
         worst = int(allowed.min())
         raise ValueError(
@@ -477,7 +482,7 @@ def _sample_unseen(
         bad = negatives == targets[:, None]
         bad[:, 1:] |= negatives[:, 1:] == negatives[:, :-1]  # a repeat within the row
         if known is not None:
-            bad |= known.mask(users, negatives).to(device)
+            bad |= known._mask(users, negatives).to(device)
         num_bad = int(bad.sum())
         if num_bad == 0:
             break
@@ -509,6 +514,7 @@ def sampled_ranks(
     num_users, num_items = _check_embeddings_and_pairs(
         user_embeddings, item_embeddings, user_index, positive_ids, known
     )
+    check_generator("generator", generator, item_embeddings.device)
     device = item_embeddings.device
     users, targets = user_index.to(device), positive_ids.to(device)
     negatives = _sample_unseen(users, targets, num_items, num_negatives, known, generator)
@@ -562,7 +568,9 @@ def popularity_strata(popularity: torch.Tensor, num_strata: int = 10) -> torch.T
     stratum 0 holds the most popular ``|V| / num_strata`` items (deciles for 10). Item at
     position ``r`` of the order gets stratum ``⌊r · num_strata / |V|⌋``. Chapter 9.
     """
-    check_tensor("popularity", popularity, ("V",))
+    check_real_tensor("popularity", popularity, ("V",))
+    if not popularity.numel():
+        raise ValueError("popularity must not be empty, got shape (0,)")
     check_int_range("num_strata", num_strata, 1, popularity.shape[0])
     check_finite("popularity", popularity)  # NaN would sort as the most popular item
     num_items = popularity.shape[0]
@@ -665,10 +673,7 @@ def user_bootstrap(
         raise ValueError(f"values must be a tensor of shape (n,) or (m, n), got {got}")
     check_tensor("values", values, ("n",) if values.dim() == 1 else ("m", "n"), floating=True)
     check_int_range("num_resamples", num_resamples, 1)
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(
-            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
-        )
+    check_generator("generator", generator)
     rows = values.detach().cpu().double()
     rows = rows[None, :] if rows.dim() == 1 else rows  # (m, n)
     if users is None:

@@ -43,7 +43,12 @@ from candidate_sampling._validate import (
     _is_compiling,
     get_validate_args,
 )
-from candidate_sampling.losses.core import Temperature, _Loss, check_sample_weight
+from candidate_sampling.losses.core import (
+    Temperature,
+    _check_scale_range,
+    _Loss,
+    check_sample_weight,
+)
 
 __all__ = [
     "chunked_softmax_cross_entropy",
@@ -70,8 +75,17 @@ def default_chunk_size(num_rows: int, num_classes: int, method: str = "vocab") -
 
     ``"vocab"``: classes per block, ``2**21 // num_rows`` clamped to [128, num_classes]
     (a block of about 2**21 logits, 8 MiB in float32); ``"rows"``: rows per block,
-    ``2**21 // num_classes`` clamped to [64, num_rows].
+    ``2**21 // num_classes`` clamped to [64, num_rows]. ``num_rows``, ``num_classes``:
+    ints >= 0 (0 rows: a block of one).
     """
+    check_int_range("num_rows", num_rows, 0)
+    check_int_range("num_classes", num_classes, 1)
+    check_choice("method", method, ("vocab", "rows"))
+    return _default_chunk_size(num_rows, num_classes, method)
+
+
+def _default_chunk_size(num_rows: int, num_classes: int, method: str) -> int:
+    """:func:`default_chunk_size` of checked arguments."""
     if method == "rows":
         return max(1, min(num_rows, max(_MIN_ROWS, _BLOCK_ELEMENTS // max(num_classes, 1))))
     return max(1, min(num_classes, max(128, _BLOCK_ELEMENTS // max(num_rows, 1))))
@@ -88,7 +102,15 @@ def resolve_method(
     2**24 logits; ``"vocab"`` (memory flat in |V|) otherwise.
     """
     half = check_bool("half", half)
-    rows = default_chunk_size(num_rows, num_classes, "rows")
+    check_int_range("num_rows", num_rows, 0)
+    check_int_range("num_classes", num_classes, 1)
+    check_reduction(reduction)
+    return _resolve_method(num_rows, num_classes, reduction, half)
+
+
+def _resolve_method(num_rows: int, num_classes: int, reduction: str, half: bool) -> str:
+    """:func:`resolve_method` of checked arguments."""
+    rows = _default_chunk_size(num_rows, num_classes, "rows")
     if reduction == "none" or half or rows * num_classes > _AUTO_ROWS_MAX_ELEMENTS:
         return "vocab"
     return "rows"
@@ -426,7 +448,10 @@ def chunked_softmax_cross_entropy(
         temperature = temperature.value if temperature.learnable else float(temperature.value)
     if isinstance(temperature, bool):
         raise ValueError("temperature must be a float, a Temperature or a tensor, got bool")
-    check_positive("temperature", temperature)
+    if isinstance(temperature, torch.Tensor):
+        check_positive("temperature", temperature)
+    else:  # 1/τ a finite, non-zero float32, as every loss's temperature
+        _check_scale_range("temperature", temperature)
     check_choice("method", method, METHODS)
     if chunk_size is not None:
         check_int_range("chunk_size", chunk_size, 1)
@@ -473,12 +498,12 @@ def chunked_softmax_cross_entropy(
     )
     if method == "auto":
         half = classes.dtype in (torch.float16, torch.bfloat16)
-        method = resolve_method(kept, num_classes, reduction=reduction, half=half)
+        method = _resolve_method(kept, num_classes, reduction, half)
         if not grads:  # a forward alone: the vocabulary blocks do one matmul, no more
             method = "vocab"
 
     if method == "rows":
-        chunk = chunk_size or default_chunk_size(kept, num_classes, "rows")
+        chunk = chunk_size or _default_chunk_size(kept, num_classes, "rows")
         if weight is None:
             denominator = kept if reduction == "mean" else 1
             row_scale = torch.full((kept,), 1.0 / denominator if kept else 0.0, dtype=dtype)
@@ -490,7 +515,7 @@ def chunked_softmax_cross_entropy(
         )
         return _nan_if_none_kept(total, keep, reduction)
 
-    chunk = chunk_size or default_chunk_size(kept, num_classes, "vocab")
+    chunk = chunk_size or _default_chunk_size(kept, num_classes, "vocab")
     losses = _VocabChunked.apply(q, classes, class_bias, temp_tensor, tau, ids, chunk, dtype)
     if weight is not None:
         losses = losses * weight

@@ -52,12 +52,13 @@ from candidate_sampling._validate import (
 )
 from candidate_sampling.losses.core import (
     Temperature,
+    check_sample_weight,
     _Loss,
     apply_temperature,
     logistic_terms,
     mask_logits,
     mask_value,
-    positive_column_cross_entropy,
+    _positive_column_cross_entropy,
     reduce_loss,
     upcast,
 )
@@ -121,14 +122,16 @@ def _eye(n: int, device: torch.device) -> torch.Tensor:
 
 
 def pairwise_cosine_similarity(
-    a: torch.Tensor, b: torch.Tensor | None = None, eps: float = 1e-8
+    a: torch.Tensor, b: torch.Tensor | None = None, *, eps: float = 1e-8
 ) -> torch.Tensor:
     """Cosine similarity of every row of ``a`` with every row of ``b`` (default ``b = a``).
 
     ``a``: (n, d), ``b``: (m, d) → (n, m), entries ``a_i·b_j / (‖a_i‖ ‖b_j‖)``; a row of
-    norm below ``eps`` is treated as having norm ``eps``. Half inputs give float32.
+    norm below ``eps`` (> 0, default 1e-8) is treated as having norm ``eps``. Half inputs
+    give float32.
     """
     _check_embeddings("a", a)
+    check_positive("eps", eps)
     a_n = F.normalize(upcast(a), dim=-1, eps=eps)
     if b is None:
         return a_n @ a_n.T
@@ -192,9 +195,9 @@ def info_nce_loss(
         scores = query @ key.T
     logits = apply_temperature(scores, temperature, inplace=True)  # scores: ours
     diagonal = torch.arange(logits.shape[0], device=logits.device)
-    per_row = positive_column_cross_entropy(logits, diagonal)
+    per_row = _positive_column_cross_entropy(logits, diagonal)
     if symmetric:
-        per_row = 0.5 * (per_row + positive_column_cross_entropy(logits.T, diagonal))
+        per_row = 0.5 * (per_row + _positive_column_cross_entropy(logits.T, diagonal))
     return reduce_loss(per_row, reduction, sample_weight=sample_weight)
 
 
@@ -224,7 +227,7 @@ def nt_xent_loss(
     # the self-pairs are the diagonal: masked in place, without a (2N, 2N) mask
     logits = logits.fill_diagonal_(mask_value(logits.dtype))
     rows = torch.arange(2 * n, device=z.device)
-    per_view = positive_column_cross_entropy(logits, (rows + n) % (2 * n))
+    per_view = _positive_column_cross_entropy(logits, (rows + n) % (2 * n))
     return reduce_loss(per_view, reduction, sample_weight=sample_weight)
 
 
@@ -347,11 +350,20 @@ def soft_nearest_neighbor_loss(
     return reduce_loss(per_row, reduction, valid=same.any(1), sample_weight=sample_weight)
 
 
-def alignment_loss(view1: torch.Tensor, view2: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
+def alignment_loss(
+    view1: torch.Tensor,
+    view2: torch.Tensor,
+    *,
+    alpha: float = 2.0,
+    sample_weight: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Alignment (Wang & Isola 2020): ``mean_i ‖f_i − g_i‖^α`` of the L2-normalised rows.
 
     ``view1``, ``view2``: (N, d), row i of each are a positive pair; rows are normalised to
-    the unit sphere first. Lower is better (positives close); the range is [0, 2^α].
+    the unit sphere first. ``alpha`` (default 2, the paper's): the power. Lower is better
+    (positives close); the range is [0, 2^α]. ``sample_weight``: (N,) per-pair weights,
+    the mean then ``Σ_i w_i ‖f_i − g_i‖^α / N`` as every loss of the package
+    (:func:`~candidate_sampling.losses.core.reduce_loss`).
     """
     check_tensor("view1", view1, ("N", "d"), floating=True)
     check_tensor("view2", view2, ("N", "d"), floating=True)
@@ -360,24 +372,41 @@ def alignment_loss(view1: torch.Tensor, view2: torch.Tensor, alpha: float = 2.0)
     dtype = common_float_dtype(view1=view1, view2=view2)
     f = F.normalize(view1.to(dtype), dim=-1)
     g = F.normalize(view2.to(dtype), dim=-1)
-    return ((f - g).pow(2).sum(-1) + 1e-12).pow(alpha / 2).mean()
+    per_pair = ((f - g).pow(2).sum(-1) + 1e-12).pow(alpha / 2)
+    return reduce_loss(per_pair, "mean", sample_weight=sample_weight)
 
 
-def uniformity_loss(embeddings: torch.Tensor, t: float = 2.0) -> torch.Tensor:
+def uniformity_loss(
+    embeddings: torch.Tensor, *, t: float = 2.0, sample_weight: torch.Tensor | None = None
+) -> torch.Tensor:
     """Uniformity (Wang & Isola 2020): ``log mean_{i<j} exp(−t ‖f_i − f_j‖²)``, normalised rows.
 
-    ``embeddings``: (n, d) with n ≥ 2, normalised to the unit sphere first; computed with
-    logsumexp. Lower is more uniform; a collapsed representation (all rows equal) gives
-    the maximum, 0.
+    ``embeddings``: (n, d) with n ≥ 2, normalised to the unit sphere first; ``t`` (default
+    2, the paper's): the kernel's scale; computed with logsumexp. Lower is more uniform; a
+    collapsed representation (all rows equal) gives the maximum, 0. ``sample_weight``:
+    (n,) per-row weights; pair ``(i, j)`` then weighs ``w_i w_j`` in the mean,
+    ``log(Σ_{i<j} w_i w_j e^{−t‖f_i − f_j‖²} / Σ_{i<j} w_i w_j)`` (all ones: the plain
+    mean), and 0 when every pair weighs 0.
     """
     _check_embeddings("embeddings", embeddings)
     if embeddings.shape[0] < 2:
         raise ValueError(f"embeddings must have at least 2 rows, got {embeddings.shape[0]}")
     check_positive("t", t)
+    sample_weight = check_sample_weight(sample_weight, embeddings.shape[0])
     f = F.normalize(upcast(embeddings), dim=-1)
     sq = pairwise_squared_distance(f)
     i, j = torch.triu_indices(f.shape[0], f.shape[0], offset=1, device=f.device)
-    return torch.logsumexp(-t * sq[i, j], dim=0) - math.log(i.numel())
+    terms = -t * sq[i, j]
+    if sample_weight is None:
+        return torch.logsumexp(terms, dim=0) - math.log(i.numel())
+    w = sample_weight.to(f.device, f.dtype)
+    pair_weight = w[i] * w[j]
+    some = pair_weight.sum() > 0  # else: a graph-connected 0 (every pair weighs 0)
+    pair_weight = torch.where(some, pair_weight, torch.ones_like(pair_weight))
+    log_mean = torch.logsumexp(terms + torch.log(pair_weight), dim=0) - torch.log(
+        pair_weight.sum()
+    )
+    return torch.where(some, log_mean, log_mean * 0.0)
 
 
 class InfoNCELoss(_Loss):

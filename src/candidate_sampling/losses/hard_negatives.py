@@ -69,6 +69,7 @@ from candidate_sampling._validate import (
     check_bool,
     check_bool_mask,
     check_choice,
+    check_finite,
     check_int_range,
     check_nonnegative,
     check_positive,
@@ -87,7 +88,7 @@ from candidate_sampling.losses.core import (
     check_temperature,
     mask_logits,
     mask_value,
-    positive_column_cross_entropy,
+    _positive_column_cross_entropy,
     reduce_loss,
     score,
     score_positives,
@@ -127,6 +128,14 @@ def unmasked(logits: torch.Tensor) -> torch.Tensor:
     A NaN logit counts as *unmasked*, so a NaN input reaches the loss and gives a NaN
     loss instead of being dropped like a removed column.
     """
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"logits must be a floating-point tensor, got {got}")
+    return _unmasked(logits)
+
+
+def _unmasked(logits: torch.Tensor) -> torch.Tensor:
+    """:func:`unmasked` of a floating tensor."""
     return ~(logits <= mask_value(logits.dtype) / 2)
 
 
@@ -140,7 +149,7 @@ def _check_logits(logits: torch.Tensor) -> torch.Tensor:
     work = upcast(logits)
     if work.dtype == logits.dtype:
         return work
-    return work.masked_fill(~unmasked(logits), mask_value(work.dtype))
+    return work.masked_fill(~_unmasked(logits), mask_value(work.dtype))
 
 
 def _as_columns(positive_columns: int | torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -195,7 +204,13 @@ def hard_negative_mining(
     """
     work = _check_logits(logits)
     check_int_range("num_hard_negatives", num_hard_negatives, 0)
-    cols = _as_columns(positive_columns, work)
+    return _hard_negative_mining(work, num_hard_negatives, _as_columns(positive_columns, work))
+
+
+def _hard_negative_mining(
+    work: torch.Tensor, num_hard_negatives: int, cols: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`hard_negative_mining` of checked arguments (``cols``: (B,) int64)."""
     batch, num_cols = work.shape
     k = min(num_hard_negatives, num_cols - 1)
     rows = torch.arange(batch, device=work.device)
@@ -226,6 +241,13 @@ def hardness_weighted_logits(
     check_tensor("scores", scores, tuple(work.shape), floating=True)
     check_nonnegative("hardness_alpha", hardness_alpha)
     cols = _as_columns(positive_columns, work)
+    return _hardness_weighted_logits(work, scores, hardness_alpha, cols)
+
+
+def _hardness_weighted_logits(
+    work: torch.Tensor, scores: torch.Tensor, hardness_alpha: float, cols: torch.Tensor
+) -> torch.Tensor:
+    """:func:`hardness_weighted_logits` of checked arguments."""
     if hardness_alpha == 0:
         return work
     bonus = hardness_alpha * scores.detach().to(work.dtype)
@@ -288,12 +310,20 @@ def decoupled_cross_entropy(
     """
     work = _check_logits(logits)
     cols = _as_columns(positive_columns, work)
-    negatives = unmasked(work) & ~_positive_mask(cols, work)
+    if positive_weight is not None:
+        check_tensor("positive_weight", positive_weight, (work.shape[0],), floating=True)
+    return _decoupled_cross_entropy(work, cols, positive_weight)
+
+
+def _decoupled_cross_entropy(
+    work: torch.Tensor, cols: torch.Tensor, positive_weight: torch.Tensor | None
+) -> torch.Tensor:
+    """:func:`decoupled_cross_entropy` of checked arguments."""
+    negatives = _unmasked(work) & ~_positive_mask(cols, work)
     floor = mask_value(work.dtype)
     lse = torch.logsumexp(torch.where(negatives, work, torch.full_like(work, floor)), dim=1)
     positive = work.gather(1, cols[:, None]).squeeze(1)
     if positive_weight is not None:
-        check_tensor("positive_weight", positive_weight, (work.shape[0],), floating=True)
         positive = positive_weight.to(work.dtype) * positive
     per_row = lse - positive
     return torch.where(negatives.any(1), per_row, torch.zeros_like(per_row))
@@ -331,9 +361,19 @@ def corrected_logq_weights(
     """
     work = _check_logits(logits).detach()
     cols = _as_columns(positive_columns, work)
+    if positive_log_q is not None:
+        check_tensor("positive_log_q", positive_log_q, (work.shape[0],), floating=True)
+        check_finite("positive_log_q", positive_log_q)  # a value check
+    return _corrected_logq_weights(work, cols, positive_log_q)
+
+
+def _corrected_logq_weights(
+    work: torch.Tensor, cols: torch.Tensor, positive_log_q: torch.Tensor | None
+) -> torch.Tensor:
+    """:func:`corrected_logq_weights` of checked arguments (``work`` detached)."""
+    work = work.detach()
     batch = work.shape[0]
     if positive_log_q is not None:
-        check_tensor("positive_log_q", positive_log_q, (batch,), floating=True)
         rows = torch.arange(batch, device=work.device)
         work = work.clone()
         work[rows, cols] = work[rows, cols] + positive_log_q.detach().to(work)
@@ -380,7 +420,14 @@ def debiased_cross_entropy(
     work = _check_logits(logits)
     cols = _as_columns(positive_columns, work)
     _check_debiased(tau_plus, beta, min_logit)
-    negatives = unmasked(work) & ~_positive_mask(cols, work)
+    return _debiased_cross_entropy(work, cols, tau_plus, beta, min_logit)
+
+
+def _debiased_cross_entropy(
+    work: torch.Tensor, cols: torch.Tensor, tau_plus: float, beta: float, min_logit: float | None
+) -> torch.Tensor:
+    """:func:`debiased_cross_entropy` of checked arguments."""
+    negatives = _unmasked(work) & ~_positive_mask(cols, work)
     floor = torch.full_like(work, mask_value(work.dtype))
     count = negatives.sum(1)
     log_n = torch.log(count.clamp(min=1).to(work.dtype))
@@ -429,7 +476,7 @@ def multi_positive_cross_entropy(
     work = _check_logits(logits)
     check_bool_mask("positive_mask", positive_mask, tuple(work.shape))
     check_choice("variant", variant, MULTI_POSITIVE_VARIANTS)
-    pos = positive_mask.to(work.device) & unmasked(work)
+    pos = positive_mask.to(work.device) & _unmasked(work)
     num_pos = pos.sum(1)
     zero = torch.zeros((), dtype=work.dtype, device=work.device)
     if variant == "pairwise":
@@ -480,7 +527,7 @@ def multi_positive_softmax_loss(
     removed = _union_masks(_invalid_columns(candidates), removed)
     logits = mask_logits(logits, removed, inplace=True)
     per_row = multi_positive_cross_entropy(logits, positive_mask, variant=variant)
-    valid = (positive_mask.to(logits.device) & unmasked(logits)).any(1)
+    valid = (positive_mask.to(logits.device) & _unmasked(logits)).any(1)
     return reduce_loss(per_row, reduction, valid=valid, sample_weight=sample_weight)
 
 
@@ -501,6 +548,12 @@ def _check_options(
         if positive_in_denominator != "remove":
             raise ValueError('dclw_sigma needs positive_in_denominator="remove" (DCLW)')
     _check_debiased(tau_plus, beta, min_logit)
+    if min_logit is not None and not (tau_plus or beta):
+        raise ValueError(
+            "min_logit needs tau_plus > 0 or beta > 0: it floors the debiased / hard-sample "
+            f"loss's negative term, and the plain cross-entropy has none (got min_logit="
+            f"{min_logit!r} with tau_plus={tau_plus!r}, beta={beta!r})"
+        )
     if (tau_plus or beta) and positive_in_denominator != "keep":
         raise ValueError(
             'tau_plus and beta (debiased / hard-sample loss) need positive_in_denominator="keep"'
@@ -579,41 +632,33 @@ def hard_negative_softmax_loss(
     except ValueError as err:  # name the argument the caller passed
         raise ValueError(str(err).replace("removed", "false_negative_mask")) from None
     batch = logits.shape[0]
-    columns = torch.arange(batch, device=logits.device)
+    columns = torch.arange(batch, device=logits.device)  # our own: no range check below
     if hardness_alpha:  # a masked logit stays far below any real one after the bonus
         with torch.no_grad():
             all_columns = in_batch_columns(query, positives, candidates)
             scores = score(query, all_columns)
-        logits = hardness_weighted_logits(
-            logits, scores, hardness_alpha=hardness_alpha, positive_columns=columns
-        )
+        logits = _hardness_weighted_logits(logits, scores, hardness_alpha, columns)
     if num_hard_negatives is not None:
-        logits, _ = hard_negative_mining(
-            logits, num_hard_negatives=num_hard_negatives, positive_columns=columns
-        )
+        logits, _ = _hard_negative_mining(logits, num_hard_negatives, columns)
         columns = torch.zeros(batch, dtype=torch.long, device=logits.device)
     if positive_in_denominator == "keep":
         if tau_plus or beta:
-            per_row = debiased_cross_entropy(
-                logits, columns, tau_plus=tau_plus, beta=beta, min_logit=min_logit
-            )
-            valid = unmasked(logits).sum(1) > 1
+            per_row = _debiased_cross_entropy(logits, columns, tau_plus, beta, min_logit)
+            valid = _unmasked(logits).sum(1) > 1
             return reduce_loss(per_row, reduction, valid=valid, sample_weight=sample_weight)
-        per_row = positive_column_cross_entropy(logits, columns)
+        per_row = _positive_column_cross_entropy(logits, columns)
         return reduce_loss(per_row, reduction, sample_weight=sample_weight)
-    valid = unmasked(logits).sum(1) > 1
+    valid = _unmasked(logits).sum(1) > 1
     weight = None
     if dclw_sigma is not None:
         weight = dclw_positive_weights(score_positives(query, positives)[:, 0], sigma=dclw_sigma)
-    per_row = decoupled_cross_entropy(logits, columns, positive_weight=weight)
+    per_row = _decoupled_cross_entropy(logits, columns, weight)
     if positive_in_denominator == "corrected":
-        positive_log_q = positives.log_q
+        positive_log_q = positives.log_q  # checked when the set was made
         if positive_log_q is not None and positive_log_q.dim() == 2:
             # per-row (B, B): row i's own positive column i was corrected by log_q[i, i]
             positive_log_q = positive_log_q.diagonal()
-        per_row = per_row * corrected_logq_weights(
-            logits, columns, positive_log_q=positive_log_q
-        )
+        per_row = per_row * _corrected_logq_weights(logits, columns, positive_log_q)
     return reduce_loss(per_row, reduction, valid=valid, sample_weight=sample_weight)
 
 

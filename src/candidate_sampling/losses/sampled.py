@@ -49,11 +49,12 @@ from candidate_sampling.losses.core import (
     _invalid_columns,
     _Loss,
     _union_masks,
-    accidental_hits,
-    apply_temperature,
+    _accidental_hits,
+    _apply_temperature,
+    _correct_logits,
     check_temperature,
-    correct_logits,
     mask_logits,
+    _positive_column_cross_entropy,
     positive_column_cross_entropy,
     reduce_loss,
     score,
@@ -79,10 +80,11 @@ def _logits(
     owns_scores: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Steps 2–4 on (B, T) positive and (B, C) negative scores (negatives in place if owned)."""
-    pos = correct_logits(apply_temperature(positive_scores, temperature), positive_log_q)
-    neg = apply_temperature(negative_scores, temperature, inplace=owns_scores)
+    pos = _apply_temperature(positive_scores, temperature, False)
+    pos = _correct_logits(pos, positive_log_q, False)
+    neg = _apply_temperature(negative_scores, temperature, owns_scores)
     owned = owns_scores or neg is not negative_scores
-    neg = correct_logits(neg, negative_log_q, inplace=owned)
+    neg = _correct_logits(neg, negative_log_q, owned)
     owned = owned or neg is not negative_scores
     return pos, mask_logits(neg, removed, inplace=owned)
 
@@ -132,10 +134,11 @@ def candidate_logits(
     hits = None
     if remove_accidental_hits:
         positive_ids = positives.ids.reshape(batch, num_true)
-        hits = accidental_hits(
+        hits = _accidental_hits(  # the sets' ids were checked when they were made
             positive_ids if num_true > 1 else positive_ids[:, 0],
             candidates.ids,
-            repeated_hits=repeated_hits,
+            None,
+            repeated_hits,
         )
     removed = _union_masks(hits, _invalid_columns(candidates))
     pos_log_q = None if positives.log_q is None else positives.log_q.reshape(batch, num_true)
@@ -151,7 +154,7 @@ def _softmax_rows(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
     if num_true == 1:
         return positive_column_cross_entropy(logits, 0)
     columns = torch.arange(num_true, device=logits.device).expand(logits.shape[0], -1)
-    return positive_column_cross_entropy(logits, columns)
+    return _positive_column_cross_entropy(logits, columns)
 
 
 def sampled_softmax_loss(
@@ -357,16 +360,19 @@ class _SampledLoss(_Loss):
         sample_weight: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
+        check_tensor("query", query, ("B", "d"), floating=True)
+        if isinstance(positive_ids, torch.Tensor) and positive_ids.dim() in (1, 2):
+            check_same(
+                "batch size B", query=query.shape[0], positive_ids=positive_ids.shape[0]
+            )
         self.last_draw = draw = self.sampler.sample(
             self.num_samples, unique=self.unique, generator=generator, positive_ids=positive_ids
         )
-        correct = self.subtract_log_q
-        positives = CandidateSet.positives_of(
-            positive_ids, classes, draw=draw, class_bias=class_bias, correct=correct,
+        # one gather of the positives and the draw: a half table's row that is both gets
+        # its two gradients summed in float32 (CandidateSet.from_positives_and_draw)
+        positives, candidates = CandidateSet.from_positives_and_draw(
+            positive_ids, classes, draw, class_bias=class_bias, correct=self.subtract_log_q,
             sparse=self.sparse,
-        )
-        candidates = CandidateSet.from_draw(
-            draw, classes, class_bias=class_bias, correct=correct, sparse=self.sparse
         )
         return self._loss_fn(
             query,

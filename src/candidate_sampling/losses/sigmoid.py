@@ -41,6 +41,7 @@ from torch import nn
 from candidate_sampling._validate import (
     check_bool,
     check_finite,
+    check_ids,
     check_reduction,
     check_same,
     check_tensor,
@@ -128,6 +129,8 @@ def sigmoid_pair_terms(
     check_tensor("logits", logits, ("B", "C"), floating=True, allow_empty=True)
     remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
     _check_hit_ids(positive_ids, candidate_ids)
+    check_ids("positive_ids", positive_ids, None)
+    check_ids("candidate_ids", candidate_ids, None)
     batch, num_cols = logits.shape
     check_same("batch size B", logits=batch, positive_ids=positive_ids.shape[0])
     check_same("number of columns C", logits=num_cols, candidate_ids=candidate_ids.shape[0])

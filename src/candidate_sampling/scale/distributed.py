@@ -147,6 +147,11 @@ def all_gather_with_grad(
     """
     if not isinstance(tensor, torch.Tensor) or tensor.dim() < 1:
         raise ValueError("tensor must be a torch.Tensor with at least one dimension")
+    if sizes is not None and (
+        not isinstance(sizes, (list, tuple))
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes)
+    ):
+        raise ValueError(f"sizes must be a list of every rank's row count (ints >= 0), got {sizes!r}")
     _, world = rank_and_world_size(group)
     if world == 1:
         return tensor
@@ -283,6 +288,7 @@ def gathered_softmax_loss(
     """
     # checked before the collective: a bad option fails fast, on every rank
     remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+    _check_candidate_set("candidates", candidates, optional=True)
     gathered = gather_candidates(positives, item_probabilities=item_probabilities, group=group)
     batch = positives.num_candidates
     own = gathered.select(slice(0, batch))
