@@ -224,6 +224,45 @@ def _positives_and_log_q(
     return positive_ids, log_q.reshape(-1)
 
 
+#: The attribute of a CandidateDraw that carries the rows gathered for the other half
+#: (positives or draw) of a half-precision table.
+_SHARED = "_cs_rows_for"
+
+
+def _with_the_other_half(cls, draw, role, ids, classes, log_q, class_bias, sparse):
+    """``role``'s set (``"positives"`` or ``"draw"``) of ``draw``, its rows gathered with
+    the other role's when ``classes`` is a half table (see
+    :meth:`CandidateSet.positives_of`); a float32 table, an encoder, or a draw without
+    ``positive_ids`` is gathered alone. The other role's rows wait on the draw, used once,
+    and only by a call with the same table (unchanged since), bias, ``sparse`` and grad
+    mode."""
+    half = isinstance(classes, torch.Tensor) and classes.dtype in (torch.float16, torch.bfloat16)
+    if not half or draw.positive_ids is None or _is_compiling():
+        return cls._from_checked_ids(ids, classes, log_q, None, class_bias, sparse)
+    key = (classes._version, sparse, torch.is_grad_enabled())
+    waiting = draw.__dict__.pop(_SHARED, None)
+    if waiting is not None:
+        for_role, table, bias_table, waiting_key, part = waiting
+        if for_role == role and table is classes and bias_table is class_bias and waiting_key == key:
+            if log_q is not None:
+                log_q = log_q.to(part.device)
+            return cls._checked(part.embeddings, part.ids, log_q, None, part.bias)
+    other_ids = draw.ids if role == "positives" else draw.positive_ids.reshape(-1)
+    other_ids = other_ids.to(ids.device)
+    if role == "positives":
+        _check_table_and_bias(classes, class_bias, other_ids, name="draw.ids")
+    joined = cls._from_checked_ids(
+        torch.cat([ids, other_ids]), classes, None, None, class_bias, sparse
+    )
+    num = ids.shape[0]
+    mine, theirs = joined.select(slice(0, num)), joined.select(slice(num, None))
+    other = "draw" if role == "positives" else "positives"
+    object.__setattr__(draw, _SHARED, (other, classes, class_bias, key, theirs))
+    if log_q is not None:
+        log_q = log_q.to(mine.device)
+    return cls._checked(mine.embeddings, mine.ids, log_q, None, mine.bias)
+
+
 @dataclass(frozen=True, eq=False)
 class CandidateSet:
     """Candidate columns: ``embeddings`` (C, d), ``ids`` (C,), ``log_q``, ``mask``, ``bias``.
@@ -400,19 +439,16 @@ class CandidateSet:
         Rows of ``draw.ids`` from a class table (|V|, d) or an item encoder; ``log_q`` =
         ``draw.log_q``, the log expected count of each sampled id under the draw (TF's
         ``sampled_expected_count``), with ``correct=True`` (the default), or None with
-        ``correct=False`` (negative sampling). With a half-precision table, build the
-        positives and the draw together (:meth:`from_positives_and_draw`): one gather, so
-        an id that is both gets one float32 gradient. Chapters 3–5.
+        ``correct=False`` (negative sampling). A float16 / bfloat16 table is gathered
+        together with the positives of the same draw (see :meth:`positives_of`). Chapters
+        3–5.
         """
         _check_draw(draw)
         correct = check_bool("correct", correct)
-        return cls.from_ids(
-            draw.ids,
-            classes,
-            log_q=draw.log_q if correct else None,
-            class_bias=class_bias,
-            sparse=sparse,
-        )
+        sparse = check_bool("sparse", sparse)
+        _check_table_and_bias(classes, class_bias, draw.ids, name="draw.ids")
+        log_q = draw.log_q if correct else None
+        return _with_the_other_half(cls, draw, "draw", draw.ids, classes, log_q, class_bias, sparse)
 
     @classmethod
     def positives_of(
@@ -435,56 +471,24 @@ class CandidateSet:
         positives (other ids, another shape, or no ``positive_log_q``) is an error
         (:meth:`~candidate_sampling.sampling.samplers.CandidateDraw.check_positive_ids`;
         the ids are a value check, skipped when validation is off).
-        ``correct=False`` or no draw (the default, None): no correction. With a
-        half-precision table, :meth:`from_positives_and_draw` gathers the positives and
-        the draw at once (see :meth:`from_draw`). Chapters 3–4.
+        ``correct=False`` or no draw (the default, None): no correction.
+
+        **Half precision.** With a float16 / bfloat16 table and a draw, the rows of the
+        positives and of ``draw.ids`` are gathered in one call (:func:`gather_rows`: each
+        distinct row upcast once), whichever of this method and :meth:`from_draw` comes
+        first; the other one takes its rows from it. An id that is both a positive and a
+        sampled candidate (an accidental hit) then gets its two gradients summed in float32
+        and cast once: two gathers would cast each to float16 alone, where two large
+        opposite halves overflow and meet as ``+inf − inf = NaN`` in the table's gradient.
+        Chapters 3–4.
         """
         positive_ids, log_q = _positives_and_log_q(positive_ids, classes, draw, correct)
         sparse = check_bool("sparse", sparse)
         flat = positive_ids.reshape(-1)
         _check_table_and_bias(classes, class_bias, flat, name="positive_ids")
-        return cls._from_checked_ids(flat, classes, log_q, None, class_bias, sparse)
-
-    @classmethod
-    def from_positives_and_draw(
-        cls,
-        positive_ids: torch.Tensor,
-        classes: Classes,
-        draw,
-        *,
-        class_bias: torch.Tensor | None = None,
-        correct: bool = True,
-        sparse: bool = False,
-    ) -> tuple[CandidateSet, CandidateSet]:
-        """``(positives_of(positive_ids, ...), from_draw(draw, ...))`` from **one** gather.
-
-        The same two sets as :meth:`positives_of` and :meth:`from_draw`, with the rows of
-        ``positive_ids`` and ``draw.ids`` gathered from ``classes`` in one call. For a
-        float32 table the two ways are the same; for a float16 / bfloat16 table the one
-        gather upcasts each distinct row once (:func:`gather_rows`), so an id that is a
-        positive *and* a sampled candidate (an accidental hit) receives its two gradients
-        summed in float32 and cast once: two gathers would cast each to float16 alone,
-        where two large opposite halves overflow to ``+inf − inf = NaN``. The sampled loss
-        modules build their sets with it. ``draw`` is required; ``correct=False``: neither
-        set carries log Q. Chapters 3–4.
-        """
-        _check_draw(draw)
-        positive_ids, log_q = _positives_and_log_q(positive_ids, classes, draw, correct)
-        sparse = check_bool("sparse", sparse)
-        flat = positive_ids.reshape(-1)
-        both = torch.cat([flat, draw.ids.to(flat.device)])
-        _check_table_and_bias(classes, class_bias, both, name="positive_ids and draw.ids")
-        joined = cls._from_checked_ids(both, classes, None, None, class_bias, sparse)
-        num = flat.shape[0]
-
-        def part(columns: slice, part_log_q: torch.Tensor | None) -> CandidateSet:
-            bias = None if joined.bias is None else joined.bias[columns]
-            if part_log_q is not None:
-                part_log_q = part_log_q.to(joined.device)
-            return cls._checked(joined.embeddings[columns], joined.ids[columns], part_log_q, None, bias)
-
-        draw_log_q = draw.log_q if correct else None
-        return part(slice(0, num), log_q), part(slice(num, None), draw_log_q)
+        if draw is None or positive_ids is not draw.positive_ids:
+            return cls._from_checked_ids(flat, classes, log_q, None, class_bias, sparse)
+        return _with_the_other_half(cls, draw, "positives", flat, classes, log_q, class_bias, sparse)
 
     @classmethod
     def from_batch(

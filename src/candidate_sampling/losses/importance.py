@@ -127,9 +127,10 @@ def effective_sample_size(weights: torch.Tensor) -> torch.Tensor:
             f"weights must have shape (..., m) with m >= 1, got {tuple(weights.shape)}"
         )
     if get_validate_args():
-        bad = ~((weights >= 0) & (weights < float("inf")))  # NaN too
-        if bool(bad.any()):
-            raise ValueError(f"weights must be finite and >= 0, got {weights[bad][0].item()!r}")
+        if not bool((weights >= 0).all()):  # NaN too
+            raise ValueError(f"weights must be >= 0, got minimum {weights.min().item()!r}")
+        if bool(torch.isinf(weights).any()):
+            raise ValueError("weights must be finite, got inf")
         if not bool((weights.sum(-1) > 0).all()):
             raise ValueError("weights must not all be zero along the last axis")
     # divided by the row's largest weight first: raw ratios of 1e-30 or 1e30 would

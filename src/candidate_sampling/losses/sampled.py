@@ -368,11 +368,13 @@ class _SampledLoss(_Loss):
         self.last_draw = draw = self.sampler.sample(
             self.num_samples, unique=self.unique, generator=generator, positive_ids=positive_ids
         )
-        # one gather of the positives and the draw: a half table's row that is both gets
-        # its two gradients summed in float32 (CandidateSet.from_positives_and_draw)
-        positives, candidates = CandidateSet.from_positives_and_draw(
-            positive_ids, classes, draw, class_bias=class_bias, correct=self.subtract_log_q,
+        correct = self.subtract_log_q
+        positives = CandidateSet.positives_of(
+            positive_ids, classes, draw=draw, class_bias=class_bias, correct=correct,
             sparse=self.sparse,
+        )
+        candidates = CandidateSet.from_draw(
+            draw, classes, class_bias=class_bias, correct=correct, sparse=self.sparse
         )
         return self._loss_fn(
             query,
