@@ -889,18 +889,23 @@ ENTRIES: dict[str, Entry] = {
         lambda num_users: known().check_users(num_users),
         num_users=integer(3, 2, names=("num_users", "users")),
     ),
-    "eval.known_pairs.KnownPairs.counts": E(lambda user_index: known().counts(user_index), user_index=ids(USERS)),
+    "eval.known_pairs.KnownPairs.counts": E(
+        lambda user_index: known().counts(user_index), user_index=ids(USERS, skip=("negative id",))
+    ),
     "eval.known_pairs.KnownPairs.mask": E(
-        lambda user_index, item_ids: known().mask(user_index, item_ids), user_index=ids(USERS),
+        lambda user_index, item_ids: known().mask(user_index, item_ids),
+        user_index=ids(USERS, skip=("negative id",)),
         item_ids=ids(IDS, pad=-1, skip=("negative id",)),
     ),
     "eval.known_pairs.KnownPairs.contains": E(
-        lambda user_index, item_ids: known().contains(user_index, item_ids), user_index=ids(USERS),
+        lambda user_index, item_ids: known().contains(user_index, item_ids),
+        user_index=ids(USERS, skip=("negative id",)),
         item_ids=ids(IDS, skip=("negative id",)), same=[("user_index", "item_ids")],
     ),
     "eval.known_pairs.KnownPairs.fill_": E(
         lambda scores, user_index, value: known().fill_(scores, user_index, value),
-        scores=floats(torch.zeros(2, V), nan="run", half=False), user_index=ids(torch.tensor([0, 1])),
+        scores=floats(torch.zeros(2, V), nan="run", half=False),
+        user_index=ids(torch.tensor([0, 1]), skip=("negative id",)),
         value=other(float("-inf"), ("value 'x'", "x", "raise"), ("value True", True, "raise")),
         same=[("scores", "user_index")],
     ),
@@ -1072,7 +1077,7 @@ ENTRIES: dict[str, Entry] = {
         MI.exclusion_mask, ids=ids(torch.tensor([[3, 4], [5, -1], [6, 7], [8, 9]]), pad=-1),
         positive_ids=ids(IDS, pad=-1, skip=("wrong shape",)),
         known=known_arg(known(), V, skip=("known of another catalogue",)),
-        user_index=ids(USERS), same=[("ids", "positive_ids", "user_index")],
+        user_index=ids(USERS, skip=("negative id",)), same=[("ids", "positive_ids", "user_index")],
     ),
     "scale.mining.survivors": E(
         MI.survivors, scores=floats(NEG_SCORES.sort(1, descending=True).values, nan="run"),
@@ -1113,7 +1118,7 @@ ENTRIES: dict[str, Entry] = {
     "scale.mining.HardNegativeMiner.mine": E(
         lambda **kw: miner().mine(**kw), queries=floats(Q, nan="raise"), num_negatives=integer(2, 1),
         positive_ids=ids(IDS, pad=-1, skip=("wrong shape",)), known=known_arg(known(), V),
-        user_index=ids(USERS), range_min=integer(0, 0), range_max=integer(4, 1),
+        user_index=ids(USERS, skip=("negative id",)), range_min=integer(0, 0), range_max=integer(4, 1),
         max_score=real(10.0), relative_margin=real(0.05, 0.0, 0.999), absolute_margin=nonnegative(0.0),
         sampling=choice("random"), generator=generator(), fetch=integer(8, 1),
         same=[("queries", "positive_ids", "user_index")],

@@ -138,10 +138,9 @@ class KnownPairs:
 
     # ------------------------------------------------------------------ questions
     def counts(self, user_index: torch.Tensor) -> torch.Tensor:
-        """(B,) int64: how many known items each user of ``user_index`` (B,) has (0 if none);
-        users are ``>= 0`` (a value check)."""
+        """(B,) int64: how many known items each user of ``user_index`` (B,) has (0 if none,
+        a user the table never saw or a negative index among them)."""
         check_tensor("user_index", user_index, ("B",), floating=False, allow_empty=True)
-        check_ids("user_index", user_index, None)
         return self._counts_of(user_index)
 
     def _counts_of(self, user_index: torch.Tensor) -> torch.Tensor:
@@ -163,11 +162,10 @@ class KnownPairs:
 
         ``user_index``: (B,); ``item_ids``: (C,) shared by every row or (B, C) per row.
         Items outside ``[0, num_items)`` (the ``-1`` padding of mined negatives) and users
-        the table never saw are never known; users are ``>= 0`` (a value check). Result on
-        the table's device.
+        the table never saw (a negative index among them) are never known. Result on the
+        table's device.
         """
         check_tensor("user_index", user_index, ("B",), floating=False, allow_empty=True)
-        check_ids("user_index", user_index, None)
         if not isinstance(item_ids, torch.Tensor) or item_ids.dim() not in (1, 2):
             got = tuple(item_ids.shape) if isinstance(item_ids, torch.Tensor) else None
             raise ValueError(f"item_ids must have shape (C,) or (B, C), got {got}")
@@ -198,7 +196,6 @@ class KnownPairs:
         check_parallel(
             "number of pairs n", allow_empty=True, user_index=user_index, item_ids=item_ids
         )
-        check_ids("user_index", user_index, None)
         return self._mask(user_index, item_ids[:, None])[:, 0]
 
     def fill_(
@@ -214,7 +211,6 @@ class KnownPairs:
         """
         check_tensor("scores", scores, ("B", self.num_items), floating=True)
         check_tensor("user_index", user_index, (scores.shape[0],), floating=False)
-        check_ids("user_index", user_index, None)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"value must be a number (-inf: removed), got {value!r}")
         return self._fill(scores, user_index, value)

@@ -131,12 +131,23 @@ class CandidateDraw:
                 f"num_tries must equal the number of ids ({self.ids.shape[0]}) when "
                 f"unique=False, got {self.num_tries}"
             )
-        if (self.positive_log_q is None) != (self.positive_ids is None):
-            raise ValueError("positive_log_q and positive_ids must be given together")
-        if self.positive_ids is not None:
-            shape = tuple(self.positive_ids.shape) if isinstance(self.positive_ids, torch.Tensor) else None
-            check_tensor("positive_ids", self.positive_ids, shape or ("B",), floating=False, allow_empty=True)
+        if self.positive_ids is not None:  # positive_log_q may be missing (checked in use)
+            if not isinstance(self.positive_ids, torch.Tensor):
+                raise ValueError(
+                    f"positive_ids must be a tensor of ids, got {type(self.positive_ids).__name__}"
+                )
+            shape = tuple(self.positive_ids.shape)
+            check_tensor("positive_ids", self.positive_ids, shape, floating=False, allow_empty=True)
             check_ids("positive_ids", self.positive_ids, None)
+        if self.positive_log_q is not None:
+            if not isinstance(self.positive_log_q, torch.Tensor):
+                raise ValueError(
+                    "positive_log_q must be a tensor, got "
+                    f"{type(self.positive_log_q).__name__}"
+                )
+            shape = tuple(
+                self.positive_log_q.shape if self.positive_ids is None else self.positive_ids.shape
+            )
             check_tensor("positive_log_q", self.positive_log_q, shape, floating=True, allow_empty=True)
             if get_validate_args() and bool(
                 (torch.isnan(self.positive_log_q) | torch.isposinf(self.positive_log_q)).any()

@@ -263,7 +263,6 @@ def exclusion_mask(
     if known is not None:
         check_known(known)
         check_tensor("user_index", user_index, (ids.shape[0],), floating=False, allow_empty=True)
-        check_ids("user_index", user_index, None)
     return _exclusion_mask(ids, positive_ids, known, user_index)
 
 
@@ -700,7 +699,6 @@ class HardNegativeMiner:
             check_known(known)
             self._check_catalogue(known)
             check_tensor("user_index", user_index, (batch,), floating=False)
-            check_ids("user_index", user_index, None)
         check_generator("generator", generator)
         if (relative_margin is not None or absolute_margin is not None) and (
             positive_scores is None
