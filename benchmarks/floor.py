@@ -259,7 +259,9 @@ def in_batch_case(
         extras = None
         if num_extra:
             extras = CandidateSet(candidates[batch:], candidate_ids[batch:], log_q[batch:])
-        return in_batch_softmax_loss(query, positives, extras, temperature=temperature)
+        return in_batch_softmax_loss(  # hits removed in every column, as the floor does
+            query, positives, extras, temperature=temperature, remove_accidental_hits=True
+        )
 
     def floor(i):
         return floor_in_batch_softmax(query, candidates, candidate_ids, log_q, temperature)

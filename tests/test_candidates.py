@@ -197,3 +197,59 @@ def test_positives_of_names_a_missing_expected_count_truthfully():
         CandidateSet.positives_of(ids, torch.randn(10, 4), draw=stripped)
     with pytest.raises(ValueError, match="without positive_ids"):
         CandidateSet.positives_of(ids, torch.randn(10, 4), draw=UniformSampler(10).sample(4))
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def test_every_constructor_records_its_source_and_concat_keeps_it_per_column():
+    from candidate_sampling.sampling.samplers import UniformSampler
+
+    table = torch.randn(10, 3)
+    ids = torch.tensor([1, 2, 2])
+    batch = CandidateSet.from_batch(table[ids], ids)
+    sampler = UniformSampler(10)
+    gen = torch.Generator().manual_seed(0)
+    replacement = CandidateSet.from_draw(sampler.sample(4, generator=gen), table)
+    unique = CandidateSet.from_draw(sampler.sample(2, unique=True, generator=gen), table)
+    fixed = CandidateSet.from_ids(torch.tensor([7, 8]), table)
+    mined = CandidateSet.from_ids(torch.tensor([5]), table, source="mined")
+    assert batch.source == (("batch", 3),) and fixed.source == (("fixed", 2),)
+    assert replacement.source == (("replacement", 4),) and unique.source == (("unique", 2),)
+    both = CandidateSet.concat(batch, replacement, unique, fixed, mined)
+    assert both.source == (
+        ("batch", 3), ("replacement", 4), ("unique", 2), ("fixed", 2), ("mined", 1)
+    )
+    # the softmax family's default removes hits only in the columns of a set
+    assert both.hit_columns().tolist() == [False] * 7 + [True] * 5
+    assert batch.hit_columns() is None and fixed.hit_columns().all()
+    assert "source=batch:3+replacement:4+unique:2+fixed:2+mined:1" in repr(both)
+    assert "source=batch," in repr(batch)
+    # slices, index tensors, masks, detach and with_source keep (or set) it
+    assert both.select(slice(2, 8)).source == (("batch", 1), ("replacement", 4), ("unique", 1))
+    assert both.select(torch.tensor([11, 0, 1])).source == (("mined", 1), ("batch", 2))
+    picked = torch.zeros(12, dtype=torch.bool)
+    picked[[3, 4]] = True
+    assert both.select(picked).source == (("replacement", 2),)
+    assert both.with_mask(torch.ones(12, dtype=torch.bool)).source == both.source
+    assert both.detach().source == both.source
+    assert fixed.with_source("queue").source == (("queue", 2),)
+    assert (batch + batch).source == (("batch", 6),)  # adjacent runs merge
+    empty = CandidateSet(torch.zeros(0, 3), torch.zeros(0, dtype=torch.long))
+    assert empty.source == () and empty.hit_columns() is None
+
+
+def test_a_bad_source_is_an_error_naming_it():
+    v, ids = torch.randn(3, 2), torch.arange(3)
+    with pytest.raises(ValueError, match=r"source must be one of \('batch'"):
+        CandidateSet(v, ids, source="sampled")
+    with pytest.raises(ValueError, match="source must be one of"):
+        CandidateSet(v, ids, source=(("batch", 2), ("bogus", 1)))
+    with pytest.raises(ValueError, match="source must cover the C = 3 columns, got runs of 2"):
+        CandidateSet(v, ids, source=(("batch", 2),))
+    with pytest.raises(ValueError, match="source must be one of"):
+        CandidateSet(v, ids, source=(("batch", 0), ("fixed", 3)))
+    with pytest.raises(ValueError, match="source must be one of"):
+        CandidateSet.from_ids(ids, torch.randn(5, 2), source="uniform")
+    with pytest.raises(ValueError, match="source must be one of"):
+        CandidateSet(v, ids).with_source("draws")

@@ -416,6 +416,8 @@ ENTRIES: dict[str, Entry] = {
         mask=other(torch.ones(B, dtype=torch.bool), ("float mask", torch.ones(B), "raise"),
                    ("mask of another length", torch.ones(B + 1, dtype=torch.bool), "raise"), device=True),
         bias=floats(torch.zeros(B), device=True),
+        source=other("fixed", ("unknown source", "bogus", "raise"), ("source 7", 7, "raise"),
+                      ("runs that do not cover the columns", (("batch", 1),), "raise")),
         same=[("embeddings", "ids")],
     ),
     "candidates.CandidateSet.from_ids": E(
@@ -425,6 +427,7 @@ ENTRIES: dict[str, Entry] = {
         log_q=log_q(CAND_LOGQ, shape=False),
         class_bias=floats(torch.zeros(V), at=int(CAND_IDS[0])),
         sparse=flag(False),
+        source=other("fixed", ("unknown source", "bogus", "raise"), ("source 7", 7, "raise")),
         same=[("ids", "log_q")],
     ),
     "candidates.CandidateSet.from_draw": E(
@@ -475,6 +478,11 @@ ENTRIES: dict[str, Entry] = {
                    ("mask 'x'", "x", "raise")),
     ),
     "candidates.CandidateSet.detach": E(lambda: positives().detach()),
+    "candidates.CandidateSet.hit_columns": E(lambda: extras().hit_columns()),
+    "candidates.CandidateSet.with_source": E(
+        lambda source: positives().with_source(source), source=other("fixed", ("unknown source", "bogus", "raise"), ("source 7", 7, "raise"),
+                      ("runs that do not cover the columns", (("batch", 1),), "raise")),
+    ),
     "candidates.gather_rows": E(
         gather_rows,
         classes=other(TABLE, ("classes 'x'", "x", "raise"),
@@ -519,6 +527,12 @@ ENTRIES: dict[str, Entry] = {
         L.accidental_hits, positive_ids=ids(IDS, skip=("wrong shape",)),
         candidate_ids=ids(CAND_IDS), positive_columns=ids(torch.tensor([0, 1, 2, 0]), 3),
         repeated_hits=choice("mask_all"), same=[("positive_ids", "positive_columns")],
+    ),
+    "losses.core.hits_to_remove": E(
+        L.hits_to_remove, positive_ids=ids(IDS, skip=("wrong shape",)), columns=set_arg(extras()),
+        remove_accidental_hits=flag(None), positive_columns=ids(torch.tensor([0, 1, 2, 0]), 3),
+        repeated_hits=choice("mask_all"), logistic=flag(False),
+        same=[("positive_ids", "positive_columns")],
     ),
     "losses.core.mask_logits": E(
         L.mask_logits, logits=floats(LOGITS, shape=False),

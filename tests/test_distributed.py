@@ -36,24 +36,27 @@ TAU = 0.7
 # --------------------------------------------------------------------------- references
 
 
-def softmax_reference(u, v, ids, log_q):
-    """Mean over rows of −o_ii + log Σ_{j: j = i or id_j ≠ id_i} exp(o_ij), explicit loop."""
+def softmax_reference(u, v, ids, log_q, remove=True):
+    """Mean over rows of −o_ii + log Σ_{j: j = i or id_j ≠ id_i} exp(o_ij), explicit loop
+    (every j with ``remove=False``)."""
     rows = []
     for i in range(u.shape[0]):
         kept = [
-            u[i] @ v[j] / TAU - log_q[j] for j in range(v.shape[0]) if j == i or ids[j] != ids[i]
+            u[i] @ v[j] / TAU - log_q[j] for j in range(v.shape[0])
+            if j == i or ids[j] != ids[i] or not remove
         ]
         rows.append(torch.logsumexp(torch.stack(kept), 0) - (u[i] @ v[i] / TAU - log_q[i]))
     return torch.stack(rows).mean()
 
 
-def sigmoid_reference(u, v, ids, log_q, bias):
-    """Mean over rows of Σ_j −log σ(±z_ij), hits (j ≠ i, same id) skipped, explicit loop."""
+def sigmoid_reference(u, v, ids, log_q, bias, remove=True):
+    """Mean over rows of Σ_j −log σ(±z_ij), hits (j ≠ i, same id) skipped unless
+    ``remove=False``, explicit loop."""
     rows = []
     for i in range(u.shape[0]):
         total = torch.zeros((), dtype=F64)
         for j in range(v.shape[0]):
-            if j != i and ids[j] == ids[i]:
+            if remove and j != i and ids[j] == ids[i]:
                 continue
             z = u[i] @ v[j] / TAU - log_q[j] + bias
             total = total - torch.nn.functional.logsigmoid(z if j == i else -z)
@@ -107,13 +110,22 @@ def compare(local_fn, reference_fn, sizes, rank, world, seed=0):
     return max(float((a - b).abs().max()) for a, b in zip(got, want))
 
 
-def _softmax_local(u, v, i, p, bias):
+def _softmax_local(u, v, i, p, bias, remove=True):
+    return gathered_softmax_loss(
+        u, CandidateSet(v, i), item_probabilities=p, temperature=TAU,
+        remove_accidental_hits=remove,
+    )
+
+
+def _softmax_local_default(u, v, i, p, bias):
+    """The default hit rule: every rank's copies of a row's positive are draws, kept."""
     return gathered_softmax_loss(u, CandidateSet(v, i), item_probabilities=p, temperature=TAU)
 
 
 def _softmax_local_sum(u, v, i, p, bias):
     total = gathered_softmax_loss(
-        u, CandidateSet(v, i), item_probabilities=p, temperature=TAU, reduction="sum"
+        u, CandidateSet(v, i), item_probabilities=p, temperature=TAU, reduction="sum",
+        remove_accidental_hits=True,
     )
     return total / 8  # N = 3 + 5 rows in the global batch
 
@@ -143,7 +155,18 @@ def _softmax_single(u, v, i, p, bias):
     return softmax_reference(u, v, i, global_log_q(p[i]))
 
 
+def _softmax_single_keep(u, v, i, p, bias):
+    return softmax_reference(u, v, i, global_log_q(p[i]), remove=False)
+
+
 def _sigmoid_local(u, v, i, p, bias):
+    return ring_sigmoid_loss(
+        u, CandidateSet(v, i), item_probabilities=p, temperature=TAU, bias=bias,
+        remove_accidental_hits=True,
+    )
+
+
+def _sigmoid_local_default(u, v, i, p, bias):
     return ring_sigmoid_loss(
         u, CandidateSet(v, i), item_probabilities=p, temperature=TAU, bias=bias
     )
@@ -151,6 +174,10 @@ def _sigmoid_local(u, v, i, p, bias):
 
 def _sigmoid_single(u, v, i, p, bias):
     return sigmoid_reference(u, v, i, global_log_q(p[i]), bias)
+
+
+def _sigmoid_single_keep(u, v, i, p, bias):
+    return sigmoid_reference(u, v, i, global_log_q(p[i]), bias, remove=False)
 
 
 def _set(n, d=2):
@@ -163,7 +190,9 @@ def _masked_ring(rank):
     x, y, ids, _, _ = make_data([3, 3])
     rows = slice(3 * rank, 3 * rank + 3)
     chunk = CandidateSet(y[rows], ids[rows], mask=torch.arange(6)[rows] != 1)
-    got = ring_sigmoid_loss(x[rows], chunk, temperature=TAU, bias=-0.5, reduction="none")
+    got = ring_sigmoid_loss(
+        x[rows], chunk, temperature=TAU, bias=-0.5, reduction="none", remove_accidental_hits=True
+    )
     want = []
     for i in range(rows.start, rows.stop):
         total = torch.zeros((), dtype=F64)
@@ -192,6 +221,12 @@ def _worker():
     out["softmax_rank_order"] = compare(_softmax_rank_order, _softmax_single, equal, rank, world)
     out["softmax_unequal"] = compare(_softmax_local_sum, _softmax_single, [3, 5], rank, world)
     out["sigmoid_ring"] = compare(_sigmoid_local, _sigmoid_single, equal, rank, world)
+    out["softmax_default"] = compare(
+        _softmax_local_default, _softmax_single_keep, equal, rank, world
+    )
+    out["sigmoid_ring_default"] = compare(
+        _sigmoid_local_default, _sigmoid_single_keep, equal, rank, world
+    )
 
     def no_offset(u, v, i, p, bias):
         return _softmax_rank_order(u, v, i, p, bias, use_offset=False)
@@ -243,15 +278,18 @@ def test_both_ranks_ran_and_the_data_has_duplicates_across_ranks(results):
     assert results[0]["duplicates_across_ranks"]
 
 
-@pytest.mark.parametrize("check", ["softmax", "softmax_rank_order", "softmax_unequal"])
+@pytest.mark.parametrize(
+    "check", ["softmax", "softmax_rank_order", "softmax_unequal", "softmax_default"]
+)
 def test_gathered_softmax_equals_the_single_process_loss_and_gradients(results, check):
     for r in results:
         assert r[check] < 1e-10, (check, r[check])
 
 
-def test_ring_sigmoid_equals_the_single_process_loss_and_gradients(results):
+@pytest.mark.parametrize("check", ["sigmoid_ring", "sigmoid_ring_default"])
+def test_ring_sigmoid_equals_the_single_process_loss_and_gradients(results, check):
     for r in results:
-        assert r["sigmoid_ring"] < 1e-10
+        assert r[check] < 1e-10, (check, r[check])
 
 
 @pytest.mark.parametrize("bug", ["bug_interleaved", "bug_no_offset"])
@@ -300,16 +338,22 @@ def test_one_process_needs_no_process_group():
     assert rank_sizes(4) == [4]
     torch.testing.assert_close(g.log_q, torch.full((4,), float(torch.log(torch.tensor(0.4)))))
     u = torch.randn(4, 3, dtype=F64)
-    torch.testing.assert_close(
-        gathered_softmax_loss(u, CandidateSet(v, ids), item_probabilities=p, temperature=TAU),
-        softmax_reference(u, v, ids, global_log_q(p[ids])),
-    )
-    torch.testing.assert_close(
-        ring_sigmoid_loss(
-            u, CandidateSet(v, ids), item_probabilities=p, temperature=TAU, bias=-0.5
-        ),
-        sigmoid_reference(u, v, ids, global_log_q(p[ids]), -0.5),
-    )
+    for remove in (True, None):  # None: the default keeps the batch's copies
+        keep_or_remove = remove is True
+        torch.testing.assert_close(
+            gathered_softmax_loss(
+                u, CandidateSet(v, ids), item_probabilities=p, temperature=TAU,
+                remove_accidental_hits=remove,
+            ),
+            softmax_reference(u, v, ids, global_log_q(p[ids]), remove=keep_or_remove),
+        )
+        torch.testing.assert_close(
+            ring_sigmoid_loss(
+                u, CandidateSet(v, ids), item_probabilities=p, temperature=TAU, bias=-0.5,
+                remove_accidental_hits=remove,
+            ),
+            sigmoid_reference(u, v, ids, global_log_q(p[ids]), -0.5, remove=keep_or_remove),
+        )
 
 
 def test_a_failing_rank_raises_with_its_traceback():

@@ -183,6 +183,7 @@ def test_hard_negative_loss_against_loop():
         log_q=log_q,
         temperature=0.7,
         num_hard_negatives=3,
+        remove_accidental_hits=True,
         reduction="none",
     )
     logits = (q @ c.T) / 0.7 - log_q
@@ -384,7 +385,8 @@ def test_decoupled_against_loop_with_masks():
     ids = torch.tensor([0, 1, 0, 2, 3, 4, 1, 5])
     log_q = randn(8, seed=19)
     loss = hn_loss(
-        q, c, candidate_ids=ids, log_q=log_q, positive_in_denominator="remove", reduction="none"
+        q, c, candidate_ids=ids, log_q=log_q, positive_in_denominator="remove",
+        remove_accidental_hits=True, reduction="none",
     )
     logits = q @ c.T - log_q
     keep = [[j == i or int(ids[j]) != int(ids[i]) for j in range(8)] for i in range(5)]

@@ -72,8 +72,10 @@ def test_candidates_are_batch_then_queue_with_expected_count_log_q():
     assert plain_batch.log_q is None and plain_queue.log_q is None
 
 
-def test_queued_copies_of_a_positive_are_masked_as_accidental_hits():
-    """The loss over [batch | queue] equals the loss with the positive's queued copies deleted."""
+def test_queued_copies_of_a_positive_are_kept_by_default_and_masked_on_request():
+    """Queued columns are past positives, draws from the batch's marginal: the default hit
+    rule keeps a queued copy of a row's positive; ``remove_accidental_hits=True`` gives the
+    loss with those copies deleted."""
     gen = torch.Generator().manual_seed(1)
     memory = CrossBatchMemory(8, 4, dtype=F64)
     queue_ids = torch.tensor([3, 0, 3, 5, 1, 3, 6, 2])
@@ -82,7 +84,10 @@ def test_queued_copies_of_a_positive_are_masked_as_accidental_hits():
     positives = torch.randn(3, 4, generator=gen, dtype=F64)
     ids = torch.tensor([3, 4, 5])
     batch, queued = memory.candidates_for(positives, ids)
-    per_row = in_batch_softmax_loss(query, batch, queued, reduction="none")
+    assert batch.source == (("batch", 3),) and queued.source == (("queue", 8),)
+    per_row = in_batch_softmax_loss(
+        query, batch, queued, reduction="none", remove_accidental_hits=True
+    )
     columns = torch.cat([batch.embeddings, queued.embeddings])
     column_ids = torch.cat([batch.ids, queued.ids])
     for i in range(3):
@@ -93,7 +98,9 @@ def test_queued_copies_of_a_positive_are_masked_as_accidental_hits():
     unmasked = in_batch_softmax_loss(
         query, batch, queued, remove_accidental_hits=False, reduction="none"
     )
-    assert unmasked[0] > per_row[0]  # three queued copies of item 3 were false negatives
+    assert unmasked[0] > per_row[0]  # three queued copies of item 3 were kept
+    by_default = in_batch_softmax_loss(query, batch, queued, reduction="none")
+    torch.testing.assert_close(by_default, unmasked)
 
 
 def test_an_empty_queue_gives_the_plain_in_batch_loss():

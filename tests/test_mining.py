@@ -551,8 +551,13 @@ def test_four_sources_in_one_loss_each_with_its_own_correction():
     extras = CandidateSet.from_draw(draw, table)
     others = CandidateSet.concat(queued, mined_set, extras)
     got = in_batch_softmax_loss(u, batch, others, temperature=0.7, reduction="none")
+    every = in_batch_softmax_loss(
+        u, batch, others, temperature=0.7, reduction="none", remove_accidental_hits=True
+    )
 
     cols = CandidateSet.concat(batch, others)
+    assert cols.source == (("batch", 4), ("queue", 5), ("mined", len(mined_set)),
+                           ("replacement", 6))
     n_q = 5
     log_q = torch.cat([
         batch_log_q(torch.cat([ids, memory.ids]), p, num_draws=4 + n_q).double(),
@@ -560,17 +565,23 @@ def test_four_sources_in_one_loss_each_with_its_own_correction():
         draw.log_q.double(),
     ])
     torch.testing.assert_close(cols.log_q.double(), log_q)
-    for i in range(4):
-        terms = []
-        for j in range(len(cols)):
-            if j != i and int(cols.ids[j]) == int(ids[i]):
-                continue  # an accidental hit, whichever source holds it
-            if 4 + n_q <= j < 4 + n_q + len(mined_set) and not bool(cols.mask[i, j]):
-                continue  # another row's mined negative (share=False)
-            terms.append(u[i] @ cols.embeddings[j] / 0.7 - log_q[j])
-        logits = torch.stack(terms)
-        own = u[i] @ table[ids[i]] / 0.7 - log_q[i]
-        torch.testing.assert_close(got[i], torch.logsumexp(logits, 0) - own)
+    mined_cols = range(4 + n_q, 4 + n_q + len(mined_set))
+    hits_kept_elsewhere = 0
+    for remove_everywhere, loss in ((False, got), (True, every)):
+        for i in range(4):
+            terms = []
+            for j in range(len(cols)):
+                hit = j != i and int(cols.ids[j]) == int(ids[i])
+                if hit and (remove_everywhere or j in mined_cols):
+                    continue  # by default only the mined set's hits go (a set source)
+                hits_kept_elsewhere += hit and not remove_everywhere
+                if j in mined_cols and not bool(cols.mask[i, j]):
+                    continue  # another row's mined negative (share=False)
+                terms.append(u[i] @ cols.embeddings[j] / 0.7 - log_q[j])
+            logits = torch.stack(terms)
+            own = u[i] @ table[ids[i]] / 0.7 - log_q[i]
+            torch.testing.assert_close(loss[i], torch.logsumexp(logits, 0) - own)
+    assert hits_kept_elsewhere > 0  # the batch's and the queue's copies of item 3
 
 
 def test_torch_index_scores_half_embeddings_in_float32():

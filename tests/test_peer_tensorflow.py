@@ -271,7 +271,9 @@ def test_sampled_softmax_mask_all_is_tensorflow_with_every_copy_removed(num_true
     one), and rows whose true ids are sampled once agree with TF on the whole draw."""
     problem = make_problem(20 + num_true, num_true)
     draw = make_draw("repeats", problem, seed=4)
-    ours = package_loss_and_grads(sampled_softmax_loss, problem, draw, correct=True)[0]
+    ours = package_loss_and_grads(  # hits removed explicitly: the draw repeats ids
+        sampled_softmax_loss, problem, draw, correct=True, remove_accidental_hits=True
+    )[0]
     whole = tf_loss_and_grads(
         tf.nn.sampled_softmax_loss, problem, tf_sampled_values(draw, correct=True)
     )[0]
@@ -785,14 +787,15 @@ def test_in_batch_softmax_loss_matches_tfrs_retrieval(
     ``CategoricalCrossentropy`` with ``Reduction.SUM``), and its gradients with respect to
     the query and the candidate embeddings are TFRS's, within the float32 bound: TFRS's
     options set the same way (temperature, ``remove_accidental_hits`` — the package's
-    default is on, TFRS's off — ``sample_weight``, ``candidate_sampling_probability`` p as
+    default, None, keeps the batch's copies as TFRS's False does, and removes the hits of
+    hand-built extra columns, a fixed set — ``sample_weight``, ``candidate_sampling_probability`` p as
     ``log_q = log p``, extra candidate rows after the batch). ``reduction="mean"`` is the
     sum over ``B`` (notation page, "Sign and reduction"), and the same task built with
     Keras' ``SUM_OVER_BATCH_SIZE`` loss gives it too."""
     defaults = inspect.signature(tfrs.tasks.Retrieval).parameters
     assert defaults["remove_accidental_hits"].default is False  # "TFRS's default is off"
     assert inspect.signature(in_batch_softmax_loss).parameters[
-        "remove_accidental_hits"].default is True
+        "remove_accidental_hits"].default is None  # by source: the batch's copies kept
     data = retrieval_batch(70 + num_extra, num_extra)
     weight = data["sample_weight"] if use_weight else None
     probability = data["probability"] if use_probability else None
@@ -828,6 +831,12 @@ def test_in_batch_softmax_loss_matches_tfrs_retrieval(
         sample_weight=weight, loss=keras_mean, **tfrs_options,
     )[0]
     assert abs(mean - theirs_mean) <= loss_bound / batch
+    if not num_extra and not remove_accidental_hits:  # the defaults agree on the batch
+        default = in_batch_softmax_loss(
+            query, positives, candidates, reduction="sum",
+            **{k: v for k, v in options.items() if k != "remove_accidental_hits"},
+        )
+        assert abs(default.item() - theirs) <= loss_bound
 
 
 # k = 0 leaves TFRS's cross-entropy one column; Keras warns about it

@@ -42,8 +42,10 @@ def reference_loss(
     log_q=None,
     temperature=1.0,
     remove_accidental_hits=None,
+    hits_from=0,
 ):
-    """Loop reference in float64: per row, log-sum-exp over kept columns minus column i."""
+    """Loop reference in float64: per row, log-sum-exp over kept columns minus column i;
+    accidental hits are removed only in columns ``j >= hits_from``."""
     q, v = query.double(), candidates.double()
     batch, num_cand = q.shape[0], v.shape[0]
     if remove_accidental_hits is None:
@@ -59,7 +61,8 @@ def reference_loss(
                 logit -= float(log_q[j])
             if j == i:
                 positive = logit
-            elif remove_accidental_hits and int(candidate_ids[j]) == int(positive_ids[i]):
+            elif (remove_accidental_hits and j >= hits_from
+                  and int(candidate_ids[j]) == int(positive_ids[i])):
                 continue  # an accidental hit: the row's positive id in another column
             terms.append(logit)
         m = max(terms)
@@ -235,8 +238,13 @@ def test_positive_ids_come_with_the_positives():
     batch = make_batch(5, batch_size=4, num_extra=4, num_items=3)
     batch["candidate_ids"] = torch.tensor([0, 1, 2, 0, 5, 6, 7, 0])
     positives, extras = as_sets(**batch)
-    masked = in_batch_logits(batch["query"], positives, extras) == mask_value(D64)
+    every = in_batch_logits(batch["query"], positives, extras, remove_accidental_hits=True)
+    masked = every == mask_value(D64)
     assert torch.nonzero(masked).tolist() == [[0, 3], [0, 7], [3, 0], [3, 7]]
+    # the default: the batch's copies (columns 0 and 3) are kept, the hand-built extras'
+    # (a "fixed" set) removed
+    masked = in_batch_logits(batch["query"], positives, extras) == mask_value(D64)
+    assert torch.nonzero(masked).tolist() == [[0, 7], [3, 7]]
 
 
 def test_float16_mask_is_finite():
@@ -409,10 +417,17 @@ def test_retrieval_loss_modules_and_reductions():
     ids = batch["candidate_ids"]
     module = RetrievalLoss(temperature=0.5, reduction="sum")
     got = module(batch["query"], batch["candidates"], ids)
-    want = loss_of(
-        batch["query"], batch["candidates"], candidate_ids=ids, temperature=0.5, reduction="none"
-    ).sum()
+    options = {"candidate_ids": ids, "temperature": 0.5, "reduction": "none"}
+    # the default keeps the batch's copies of a row's positive (TF Recommenders' default)
+    want = loss_of(batch["query"], batch["candidates"], **options,
+                   remove_accidental_hits=False).sum()
     assert torch.allclose(got, want, rtol=0, atol=1e-12)
+    assert len(set(ids.tolist())) < len(ids)  # there are copies to keep
+    removing = RetrievalLoss(temperature=0.5, reduction="sum", remove_accidental_hits=True)
+    want = loss_of(batch["query"], batch["candidates"], **options,
+                   remove_accidental_hits=True).sum()
+    torch.testing.assert_close(removing(batch["query"], batch["candidates"], ids), want)
+    assert not torch.isclose(want, got)
     plain = RetrievalLoss(remove_accidental_hits=False)
     assert plain(batch["query"], batch["candidates"][:6], ids[:6]).shape == ()
 
@@ -445,10 +460,11 @@ def test_retrieval_loss_with_item_probabilities_and_uniform_extras(temperature):
     r = sampler.probs.double()  # the sampler's per-draw probability, 1/|V| (float32)
     assert torch.allclose(r, torch.full((num_items,), 1.0 / num_items, dtype=D64))
     log_q = torch.log(batch_size * q.double()[candidate_ids] + num_samples * r[candidate_ids])
-    hand_built = {
+    hand_built = {  # extras drawn with replacement: the default keeps every hit
         "candidate_ids": candidate_ids,
         "log_q": log_q.float(),
         "temperature": temperature,
+        "remove_accidental_hits": False,
     }
     want = loss_of(query, table[candidate_ids], **hand_built)
     assert torch.allclose(got, want, rtol=0, atol=1e-12)
@@ -485,8 +501,10 @@ def test_retrieval_loss_with_unique_extras_uses_their_expected_count():
     extra_count = 1 - (1 - r) ** draw.num_tries
     assert torch.allclose(torch.log(extra_count[6:]), draw.log_q.double(), rtol=0, atol=1e-6)
     log_q = torch.log(6 * q.double()[candidate_ids] + extra_count)
+    # the default: the batch's copies kept, the unique draw's hits removed
     want = reference_loss(
-        query, table[candidate_ids], candidate_ids=candidate_ids, log_q=log_q, temperature=0.5
+        query, table[candidate_ids], candidate_ids=candidate_ids, log_q=log_q, temperature=0.5,
+        remove_accidental_hits=True, hits_from=6,
     ).mean()
     assert got.item() == pytest.approx(want.item(), rel=0, abs=1e-6)
 
@@ -505,7 +523,8 @@ def test_retrieval_loss_with_a_frequency_estimator_updates_and_uses_it():
         assert torch.equal(estimator.gap, twin.gap)
         log_q = torch.log(twin.estimate(ids).double()).float()
         want = loss_of(
-            query, table[ids], candidate_ids=ids, log_q=log_q, temperature=0.7
+            query, table[ids], candidate_ids=ids, log_q=log_q, temperature=0.7,
+            remove_accidental_hits=False,
         )
         assert torch.allclose(got, want, rtol=0, atol=1e-12)
     assert len(set(twin.estimate(ids).tolist())) > 1  # item 0 every step, item 8 once
@@ -571,7 +590,7 @@ def test_retrieval_loss_repr_lists_its_options():
         "temperature=0.1",
         "num_samples=3",
         "unique=False",
-        "remove_accidental_hits=True",
+        "remove_accidental_hits=None",
         "reduction='mean'",
         "log_q_source='item_probabilities'",
     ):
@@ -650,9 +669,13 @@ def test_in_batch_logits_follow_repeated_hits_tensorflow():
     raw = in_batch_logits(q, positives, remove_accidental_hits=False)
     own = torch.arange(4)
     for mode in ("tensorflow", "mask_all"):
-        got = in_batch_logits(q, positives, repeated_hits=mode)
+        got = in_batch_logits(q, positives, repeated_hits=mode, remove_accidental_hits=True)
         hits = accidental_hits(ids, ids, positive_columns=own, repeated_hits=mode)
         torch.testing.assert_close(got, mask_logits(raw, hits))
-    tf = in_batch_softmax_loss(q, positives, repeated_hits="tensorflow")
-    every = in_batch_softmax_loss(q, positives, repeated_hits="mask_all")
+        # the default keeps the batch's copies, whatever the rule for removed ones
+        torch.testing.assert_close(in_batch_logits(q, positives, repeated_hits=mode), raw)
+    tf = in_batch_softmax_loss(q, positives, repeated_hits="tensorflow",
+                               remove_accidental_hits=True)
+    every = in_batch_softmax_loss(q, positives, repeated_hits="mask_all",
+                                  remove_accidental_hits=True)
     assert not torch.isclose(tf, every)

@@ -868,8 +868,9 @@ def test_module_options_are_keyword_only_and_shown():
     with pytest.raises(TypeError):
         SampledSoftmaxLoss(sampler, 3, True)
     module = NCELoss(sampler, 3, temperature=0.5)
-    assert "num_samples=3" in repr(module) and "remove_accidental_hits=False" in repr(module)
-    assert SampledSoftmaxLoss(sampler, 3).remove_accidental_hits is True
+    assert "num_samples=3" in repr(module) and "remove_accidental_hits=None" in repr(module)
+    # None: the rule of each column's source (a unique draw's hits removed by the softmax)
+    assert SampledSoftmaxLoss(sampler, 3).remove_accidental_hits is None
 
 
 # --------------------------------------------------------------------------- bad input

@@ -5,8 +5,9 @@ The package behind the book *Candidate Sampling*. One job per module or subpacka
 * ``device`` — ``get_device`` (CUDA → MPS → CPU, or ``$CANDIDATE_SAMPLING_DEVICE``),
   ``seed_everything``, ``book_seed`` (every chapter's seeds, moved by
   ``$CANDIDATE_SAMPLING_SEED``), ``time_calls``.
-* ``candidates`` — ``CandidateSet``: candidate columns with their embeddings, ids, log Q
-  and mask, made by every source of negatives and consumed by every softmax-family loss.
+* ``candidates`` — ``CandidateSet``: candidate columns with their embeddings, ids, log Q,
+  mask and source (``SOURCES``: how each column came to be, which decides the default
+  accidental-hit rule), made by every source of negatives and consumed by every loss.
 * ``losses`` — the logit pipeline's steps and every loss: full / sampled softmax, NCE,
   in-batch and mixed negatives, contrastive, sigmoid, hard-negative, chunked exact softmax.
 * ``sampling`` — uniform, log-uniform and unigram samplers with expected counts; item
@@ -27,7 +28,7 @@ Value checks that force a device sync can be switched off with ``set_validate_ar
 """
 
 from candidate_sampling._validate import get_validate_args, set_validate_args, validate_args
-from candidate_sampling.candidates import CandidateSet
+from candidate_sampling.candidates import SOURCES, CandidateSet
 from candidate_sampling.device import (
     book_seed,
     exact_float64,
@@ -42,6 +43,7 @@ from candidate_sampling.device import (
 __version__ = "0.3.0"
 __all__ = [
     "CandidateSet",
+    "SOURCES",
     "book_seed",
     "exact_float64",
     "float64_or_float32",

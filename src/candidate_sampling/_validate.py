@@ -85,6 +85,11 @@ def check_bool(name: str, value: bool) -> bool:
     return bool(value)
 
 
+def check_optional_bool(name: str, value: bool | None) -> bool | None:
+    """``value`` must be None or a bool (:func:`check_bool`); None stays None."""
+    return None if value is None else check_bool(name, value)
+
+
 def check_real(name: str, value: float) -> float:
     """``value`` must be a real number: an int or a float (numpy's too), not a bool, a str
     or a tensor. Type only; the range checks build on it."""

@@ -12,10 +12,30 @@ source of negatives makes one —
   a miner —
 
 and :meth:`CandidateSet.concat` (or ``a + b``) joins sets column-wise, keeping every
-column's own log Q and mask. Every softmax-family loss consumes one:
+column's own log Q, mask and **source**. Every softmax-family loss consumes one:
 ``loss(query, positives, candidates)`` (chapter 4 onwards; TF Recommenders'
 ``Retrieval.call`` is the model: one candidate matrix, one sampling probability, one id
 vector).
+
+**Sources and the hit rule.** Each column records how it came to be (``source``, one of
+:data:`SOURCES`), because that decides whether a copy of a row's positive among the
+columns — an *accidental hit* — must be removed for the loss to be unbiased (chapters 4
+and 5 derive it by exact enumeration; the tests repeat it):
+
+* ``"replacement"`` (draws with replacement), ``"batch"`` (the batch's own positives),
+  ``"ranks"`` (other devices' positives) and ``"queue"`` (past batches' positives): each
+  column is an independent draw whose expected count is its Q, so a copy of the positive
+  is an ordinary draw — **keep** it (ranking NCE: the true model is a stationary point
+  only with hits kept);
+* ``"unique"`` (a draw without replacement), ``"mined"`` (a miner's top ids) and
+  ``"fixed"`` (any set of distinct ids; the default of a set built by hand): the columns
+  are a *set*, each id at most once with inclusion probability Q — **remove** the hit in a
+  softmax (the positive is already its own column), as TensorFlow does.
+
+Losses of the logistic family (NCE, negative sampling, the pairwise sigmoid loss) sum one
+term per column, so every column whose log Q is its expected count is right as it is:
+they keep hits for every source. Every loss's ``remove_accidental_hits=None`` (the
+default) applies this rule per column; True or False overrides it for every column.
 
 Shapes: ``embeddings`` (C, d) floating; ``ids`` (C,) int64, non-negative; ``log_q`` (C,)
 shared by the batch, (B, C) per row, or None (no correction); ``mask`` (C,) or (B, C)
@@ -43,6 +63,8 @@ from candidate_sampling._validate import (
     get_validate_args,
 )
 
+__all__ = ["CandidateSet", "SOURCES", "gather_rows"]
+
 #: What a 2.0-style argument (a tuple, a bare tensor) is told to become.
 _BUILD_A_SET = (
     "build one with CandidateSet.positives_of(positive_ids, classes, draw=draw), "
@@ -50,7 +72,15 @@ _BUILD_A_SET = (
     "CandidateSet(embeddings, ids, log_q)"
 )
 
-__all__ = ["CandidateSet", "gather_rows"]
+#: How a set's columns came to be (``CandidateSet.source``). The softmax family's
+#: default removes the accidental hits of the *set* sources (``"unique"``, ``"mined"``,
+#: ``"fixed"``) and keeps those of the *draw* sources (``"replacement"``, ``"batch"``,
+#: ``"ranks"``, ``"queue"``); see the module docstring.
+SOURCES = ("batch", "ranks", "queue", "replacement", "unique", "mined", "fixed")
+_SET_SOURCES = frozenset({"unique", "mined", "fixed"})
+
+#: ``source`` as stored: runs of ``(name, number of columns)``, in column order.
+Runs = tuple[tuple[str, int], ...]
 
 #: A class table (|V|, d) or an item encoder: ids (n,) → embeddings (n, d).
 Classes = torch.Tensor | Callable[[torch.Tensor], torch.Tensor]
@@ -236,9 +266,10 @@ def _with_the_other_half(cls, draw, role, ids, classes, log_q, class_bias, spars
     ``positive_ids`` is gathered alone. The other role's rows wait on the draw, used once,
     and only by a call with the same table (unchanged since), bias, ``sparse`` and grad
     mode."""
+    sources = {"positives": "fixed", "draw": "unique" if draw.unique else "replacement"}
     half = isinstance(classes, torch.Tensor) and classes.dtype in (torch.float16, torch.bfloat16)
     if not half or draw.positive_ids is None or _is_compiling():
-        return cls._from_checked_ids(ids, classes, log_q, None, class_bias, sparse)
+        return cls._from_checked_ids(ids, classes, log_q, None, class_bias, sparse, sources[role])
     key = (classes._version, sparse, torch.is_grad_enabled())
     waiting = draw.__dict__.pop(_SHARED, None)
     if waiting is not None:
@@ -246,7 +277,7 @@ def _with_the_other_half(cls, draw, role, ids, classes, log_q, class_bias, spars
         if for_role == role and table is classes and bias_table is class_bias and waiting_key == key:
             if log_q is not None:
                 log_q = log_q.to(part.device)
-            return cls._checked(part.embeddings, part.ids, log_q, None, part.bias)
+            return cls._checked(part.embeddings, part.ids, log_q, None, part.bias, sources[role])
     other_ids = draw.ids if role == "positives" else draw.positive_ids.reshape(-1)
     other_ids = other_ids.to(ids.device)
     if role == "positives":
@@ -260,7 +291,59 @@ def _with_the_other_half(cls, draw, role, ids, classes, log_q, class_bias, spars
     object.__setattr__(draw, _SHARED, (other, classes, class_bias, key, theirs))
     if log_q is not None:
         log_q = log_q.to(mine.device)
-    return cls._checked(mine.embeddings, mine.ids, log_q, None, mine.bias)
+    return cls._checked(mine.embeddings, mine.ids, log_q, None, mine.bias, sources[role])
+
+
+def _runs(source: str | Runs, num: int, name: str = "source") -> Runs:
+    """``source`` (one name for every column, or runs) as runs covering ``num`` columns."""
+    if isinstance(source, str):
+        if source not in SOURCES:
+            raise ValueError(f"{name} must be one of {SOURCES}, got {source!r}")
+        return ((source, num),) if num else ()
+    if not isinstance(source, tuple) or not all(
+        isinstance(r, tuple) and len(r) == 2 and r[0] in SOURCES
+        and isinstance(r[1], int) and not isinstance(r[1], bool) and r[1] > 0
+        for r in source
+    ):
+        raise ValueError(
+            f"{name} must be one of {SOURCES} or runs ((name, count), ...), got {source!r}"
+        )
+    if sum(count for _, count in source) != num:
+        raise ValueError(
+            f"{name} must cover the C = {num} columns, got runs of "
+            f"{sum(count for _, count in source)}"
+        )
+    return _merged(source)
+
+
+def _merged(runs) -> Runs:
+    """Adjacent runs of one name joined: ``(("batch", 2), ("batch", 3))`` → ``(("batch", 5),)``."""
+    out: list[tuple[str, int]] = []
+    for name, count in runs:
+        if count <= 0:
+            continue
+        if out and out[-1][0] == name:
+            out[-1] = (name, out[-1][1] + count)
+        else:
+            out.append((name, count))
+    return tuple(out)
+
+
+def _select_runs(runs: Runs, columns, selected: int) -> Runs:
+    """The runs of the columns ``columns`` (a slice or an index tensor) of a set, of which
+    ``selected`` were picked."""
+    if len(runs) <= 1:
+        name = runs[0][0] if runs else "fixed"
+        return ((name, selected),) if selected else ()
+    names = [name for name, count in runs for _ in range(count)]
+    if isinstance(columns, slice):
+        picked = names[columns]
+    else:  # an index tensor on a mixed set: read its values (one host sync)
+        index = columns.cpu()
+        if index.dtype == torch.bool:
+            index = index.nonzero().flatten()
+        picked = [names[i] for i in index.tolist()]
+    return _merged((name, 1) for name in picked)
 
 
 @dataclass(frozen=True, eq=False)
@@ -271,10 +354,13 @@ class CandidateSet:
     ``i``, and only where ``mask[i, j]`` is True (True = valid; None = all valid). ``log_q``
     is the log *expected count* of the column's item in the candidate set (see the
     notation page), (C,) or per row (B, C), or None for no correction; it never gets a
-    gradient. ``ids`` are int64 (other integer dtypes are converted). Checked here, once:
-    shapes, dtypes, one device for every tensor, and — while
-    :func:`~candidate_sampling.get_validate_args` is on — ids ≥ 0 and a finite log Q.
-    Chapters 4–9.
+    gradient. ``ids`` are int64 (other integer dtypes are converted). ``source``: how the
+    columns came to be, one of :data:`SOURCES` for every column (default ``"fixed"``: a
+    set of distinct ids), or runs ``((name, count), ...)`` in column order (what
+    :meth:`concat` makes); it decides the default accidental-hit rule (module docstring)
+    and is stored as runs. Checked here, once: shapes, dtypes, one device for every tensor,
+    the source, and — while :func:`~candidate_sampling.get_validate_args` is on — ids ≥ 0
+    and a finite log Q. Chapters 4–9.
     """
 
     embeddings: torch.Tensor
@@ -282,6 +368,7 @@ class CandidateSet:
     log_q: torch.Tensor | None = None
     mask: torch.Tensor | None = None
     bias: torch.Tensor | None = None
+    source: str | Runs = "fixed"
 
     def __post_init__(self) -> None:
         self._check(ids_checked=False)
@@ -291,6 +378,7 @@ class CandidateSet:
         (a constructor that gathered them from a table checked their range)."""
         check_tensor("embeddings", self.embeddings, ("C", "d"), floating=True, allow_empty=True)
         num, device = self.embeddings.shape[0], self.embeddings.device
+        object.__setattr__(self, "source", _runs(self.source, num))
         check_tensor("ids", self.ids, (num,), floating=False, allow_empty=True)
         if self.ids.dtype != torch.int64:
             object.__setattr__(self, "ids", self.ids.long())
@@ -329,14 +417,40 @@ class CandidateSet:
 
     # ------------------------------------------------------------------ properties
     @classmethod
-    def _unchecked(cls, embeddings, ids, log_q=None, mask=None, bias=None) -> CandidateSet:
-        """A set built from parts that were checked already (concat, slicing)."""
+    def _unchecked(
+        cls, embeddings, ids, log_q=None, mask=None, bias=None, source: Runs = ()
+    ) -> CandidateSet:
+        """A set built from parts that were checked already (concat, slicing); ``source``
+        as runs (empty: every column ``"fixed"``)."""
         out = object.__new__(cls)
+        if not source and embeddings.shape[0]:
+            source = (("fixed", int(embeddings.shape[0])),)
         for name, value in zip(
-            ("embeddings", "ids", "log_q", "mask", "bias"), (embeddings, ids, log_q, mask, bias)
+            ("embeddings", "ids", "log_q", "mask", "bias", "source"),
+            (embeddings, ids, log_q, mask, bias, source),
         ):
             object.__setattr__(out, name, value)
         return out
+
+    def with_source(self, source: str | Runs) -> CandidateSet:
+        """The same columns with another ``source`` (a name for every column, or runs)."""
+        return CandidateSet._unchecked(
+            self.embeddings, self.ids, self.log_q, self.mask, self.bias,
+            _runs(source, self.num_candidates),
+        )
+
+    def hit_columns(self) -> torch.Tensor | None:
+        """(C,) bool, True where the softmax family removes accidental hits by default: the
+        columns of a *set* source (``"unique"``, ``"mined"``, ``"fixed"``); None when no
+        column is. See the module docstring for the rule and its derivation."""
+        if not any(name in _SET_SOURCES for name, _ in self.source):
+            return None
+        if all(name in _SET_SOURCES for name, _ in self.source):
+            return torch.ones(self.num_candidates, dtype=torch.bool, device=self.device)
+        return torch.cat([
+            torch.full((count,), name in _SET_SOURCES, dtype=torch.bool, device=self.device)
+            for name, count in self.source
+        ])
 
     @property
     def num_candidates(self) -> int:
@@ -367,17 +481,24 @@ class CandidateSet:
         def shape(t):
             return None if t is None else tuple(t.shape)
 
+        source = "+".join(
+            name if len(self.source) == 1 else f"{name}:{count}" for name, count in self.source
+        )
         return (
             f"CandidateSet(C={self.num_candidates}, d={self.dim}, log_q={shape(self.log_q)}, "
-            f"mask={shape(self.mask)}, bias={shape(self.bias)}, dtype={self.embeddings.dtype})"
+            f"mask={shape(self.mask)}, bias={shape(self.bias)}, source={source or None}, "
+            f"dtype={self.embeddings.dtype})"
         )
 
     # ------------------------------------------------------------------ constructors
     @classmethod
-    def _checked(cls, embeddings, ids, log_q=None, mask=None, bias=None) -> CandidateSet:
+    def _checked(
+        cls, embeddings, ids, log_q=None, mask=None, bias=None, source: str | Runs = "fixed"
+    ) -> CandidateSet:
         """A set whose ids were range-checked by the caller (gathered from a table or
         checked against an encoder): every other field is checked as in the constructor."""
         out = cls._unchecked(embeddings, ids, log_q, mask, bias)
+        object.__setattr__(out, "source", source)
         out._check(ids_checked=True)
         return out
 
@@ -391,12 +512,15 @@ class CandidateSet:
         mask: torch.Tensor | None = None,
         class_bias: torch.Tensor | None = None,
         sparse: bool = False,
+        source: str = "fixed",
     ) -> CandidateSet:
         """Columns for given ``ids`` (C,), rows gathered from ``classes`` (table or encoder).
 
         ``log_q``: (C,), (B, C), a float given to every column (e.g. 0 = an expected count
         of 1, a mined negative), or None (default: no correction); ``mask``: (C,) or (B, C)
-        bool, True = valid (default None: every column valid); ``class_bias``: (|V|,)
+        bool, True = valid (default None: every column valid); ``source``: how the ids came
+        to be (:data:`SOURCES`; default ``"fixed"``, distinct ids, whose hits a softmax
+        removes); ``class_bias``: (|V|,)
         per-class score bias, gathered at ``ids``: |V| is the table's number of rows, and
         with an item encoder every id must be < ``len(class_bias)``. Half-precision tables
         are gathered as in :func:`gather_rows` (float32 gradients of repeated ids).
@@ -409,11 +533,14 @@ class CandidateSet:
             raise ValueError(f"log_q must be a tensor, a number or None, got {log_q!r}")
         if isinstance(log_q, (int, float)) and not math.isfinite(log_q):
             raise ValueError(f"log_q must be finite, got {log_q!r}")
+        _runs(source, 0)  # a bad name fails before the gather
         _check_table_and_bias(classes, class_bias, ids)
-        return cls._from_checked_ids(ids, classes, log_q, mask, class_bias, sparse)
+        return cls._from_checked_ids(ids, classes, log_q, mask, class_bias, sparse, source)
 
     @classmethod
-    def _from_checked_ids(cls, ids, classes, log_q, mask, class_bias, sparse) -> CandidateSet:
+    def _from_checked_ids(
+        cls, ids, classes, log_q, mask, class_bias, sparse, source="fixed"
+    ) -> CandidateSet:
         """:meth:`from_ids` of checked ``ids``, ``classes`` and ``class_bias``."""
         embeddings = _gather_rows(classes, ids, sparse, "classes")
         ids = ids.to(embeddings.device)
@@ -422,7 +549,7 @@ class CandidateSet:
         bias = None
         if class_bias is not None:
             bias = class_bias[ids.to(class_bias.device).long()].to(embeddings.device)
-        return cls._checked(embeddings, ids, log_q, mask, bias)
+        return cls._checked(embeddings, ids, log_q, mask, bias, source)
 
     @classmethod
     def from_draw(
@@ -439,7 +566,9 @@ class CandidateSet:
         Rows of ``draw.ids`` from a class table (|V|, d) or an item encoder; ``log_q`` =
         ``draw.log_q``, the log expected count of each sampled id under the draw (TF's
         ``sampled_expected_count``), with ``correct=True`` (the default), or None with
-        ``correct=False`` (negative sampling). A float16 / bfloat16 table is gathered
+        ``correct=False`` (negative sampling). Source ``"unique"`` for a unique draw,
+        ``"replacement"`` otherwise: the default hit rule then removes a unique draw's hits
+        and keeps those of draws with replacement. A float16 / bfloat16 table is gathered
         together with the positives of the same draw (see :meth:`positives_of`). Chapters
         3–5.
         """
@@ -510,7 +639,8 @@ class CandidateSet:
         :class:`~candidate_sampling.sampling.frequency.StreamingFrequencyEstimator`) →
         its ``log_inclusion``, which equals the log expected count for rare items
         (chapter 5). Neither (the default): no correction; ``num_draws`` then is an error
-        (it scales ``item_probabilities`` only).
+        (it scales ``item_probabilities`` only). Source ``"batch"``: a copy of a row's
+        positive among the other rows' is kept by default (chapter 5).
         """
         check_tensor("embeddings", embeddings, ("B", "d"), floating=True)
         check_tensor("ids", ids, ("B",), floating=False)
@@ -540,14 +670,14 @@ class CandidateSet:
         ids = ids.to(embeddings.device)
         if log_q is not None:
             log_q = log_q.to(embeddings.device, torch.float32)
-            return cls._checked(embeddings, ids, log_q)
-        return cls(embeddings, ids)
+            return cls._checked(embeddings, ids, log_q, source="batch")
+        return cls(embeddings, ids, source="batch")
 
     # ------------------------------------------------------------------ combining
     @staticmethod
     def concat(*sets: CandidateSet) -> CandidateSet:
         """Join sets column-wise: ``[a's columns | b's columns | ...]``, each keeping its own
-        log Q, mask and bias.
+        log Q, mask, bias and source.
 
         Parts without a log Q (or bias) get 0 in those columns (an uncorrected column) when
         another part has one; parts without a mask are all valid. A per-row part (B, C_k)
@@ -598,7 +728,8 @@ class CandidateSet:
             return torch.cat(out, dim=-1)
 
         log_q, mask, bias = column("log_q", 0.0), column("mask", True), column("bias", 0.0)
-        return CandidateSet._unchecked(embeddings, ids, log_q, mask, bias)
+        source = _merged(run for s in sets for run in s.source)
+        return CandidateSet._unchecked(embeddings, ids, log_q, mask, bias, source)
 
     def __add__(self, other: CandidateSet) -> CandidateSet:
         if not isinstance(other, CandidateSet):
@@ -607,7 +738,8 @@ class CandidateSet:
 
     def select(self, columns: torch.Tensor | slice) -> CandidateSet:
         """The columns ``columns`` (an index tensor or a slice) of this set, with their
-        log Q, mask and bias.
+        log Q, mask, bias and source (an index tensor into a set of several sources is read
+        on the host).
 
         ``columns``: a slice, a (C',) integer tensor of column indices in ``[0, C)`` (a
         value check; a negative index is an error, not counted from the end) or a (C,)
@@ -618,9 +750,11 @@ class CandidateSet:
         def pick(t):
             return None if t is None else t[..., columns]
 
+        embeddings = self.embeddings[columns]
         return CandidateSet._unchecked(
-            self.embeddings[columns], self.ids[columns], pick(self.log_q), pick(self.mask),
+            embeddings, self.ids[columns], pick(self.log_q), pick(self.mask),
             None if self.bias is None else self.bias[columns],
+            _select_runs(self.source, columns, int(embeddings.shape[0])),
         )
 
     def with_mask(self, mask: torch.Tensor | None) -> CandidateSet:
@@ -640,11 +774,13 @@ class CandidateSet:
         mask = mask.to(self.device)
         if self.mask is not None:
             mask = mask & self.mask
-        return CandidateSet._unchecked(self.embeddings, self.ids, self.log_q, mask, self.bias)
+        return CandidateSet._unchecked(
+            self.embeddings, self.ids, self.log_q, mask, self.bias, self.source
+        )
 
     def detach(self) -> CandidateSet:
         """The same set with embeddings (and bias) detached: a queue's stored columns."""
         return CandidateSet._unchecked(
             self.embeddings.detach(), self.ids, self.log_q, self.mask,
-            None if self.bias is None else self.bias.detach(),
+            None if self.bias is None else self.bias.detach(), self.source,
         )

@@ -15,7 +15,11 @@ functions, each callable alone, in this order (also on the book's notation page)
    under a logistic loss it does not.
 4. :func:`accidental_hits` (candidate id = the row's positive id; ``repeated_hits`` says
    whether every copy of a repeated id is a hit, the default, or only the last one, as
-   TensorFlow's ``compute_accidental_hits``), a set's own validity mask and any other
+   TensorFlow's ``compute_accidental_hits``) — which hits a loss removes follows each
+   column's source by default (:func:`hits_to_remove`: a softmax removes the hits of
+   unique draws, mined and fixed sets and keeps those of draws with replacement, the
+   batch, other ranks and a queue; the logistic family keeps them all; chapters 4–5) —,
+   a set's own validity mask and any other
    removal (duplicates, known positives), applied by :func:`mask_logits`: the logit
    becomes :func:`mask_value`, the finite ``finfo(dtype).min / 2`` — never ±inf, so a
    row keeps a finite loss even when every negative is removed, and a removed entry gets
@@ -51,6 +55,7 @@ from torch import nn
 from candidate_sampling._validate import (
     check_bool,
     check_bool_mask,
+    check_optional_bool,
     check_broadcasts_to,
     check_choice,
     check_finite,
@@ -74,6 +79,7 @@ __all__ = [
     "apply_temperature",
     "correct_logits",
     "accidental_hits",
+    "hits_to_remove",
     "mask_logits",
     "positive_column_cross_entropy",
     "logistic_terms",
@@ -88,8 +94,9 @@ _HALF = (torch.float16, torch.bfloat16)
 #: sampled id to one position — the last — because it presupposes unique candidates).
 #: In a sampler's draw, repeats arise only with replacement, and there removing hits is
 #: biased whichever rule does it: each copy is an ordinary draw with its own
-#: ``log(k q)``, so keep the hits (``remove_accidental_hits=False``). Removing hits is
-#: right for unique draws, where a hit is one column and the two rules agree (chapter 4).
+#: ``log(k q)``, which is why the default (:func:`hits_to_remove`) keeps the hits of
+#: draws with replacement. Removing hits is right for unique draws, where a hit is one
+#: column and the two rules agree (chapter 4).
 REPEATED_HITS = ("mask_all", "tensorflow")
 
 
@@ -477,6 +484,71 @@ def _accidental_hits(
         rows = torch.arange(batch, device=hits.device)
         hits[rows, positive_columns.to(hits.device)] = False
     return hits
+
+
+def hits_to_remove(
+    positive_ids: torch.Tensor,
+    columns: CandidateSet,
+    remove_accidental_hits: bool | None = None,
+    *,
+    positive_columns: torch.Tensor | None = None,
+    repeated_hits: str = "mask_all",
+    logistic: bool = False,
+) -> torch.Tensor | None:
+    """Step 4, which accidental hits a loss removes: (B, C) bool (True = remove) or None.
+
+    ``remove_accidental_hits`` True removes every hit, False none; None (every loss's
+    default) follows each column's ``source`` (``CandidateSet.source``):
+
+    * a softmax (``logistic=False``) removes the hits in columns of a *set* — a unique
+      draw, mined ids, a fixed set — and keeps those in columns of *draws* — with
+      replacement, the batch's own positives, other ranks', a queue's. With draws, a copy
+      of the positive is one more independent draw and the true model is a stationary
+      point only when it is kept (ranking NCE; chapter 4 for samplers, chapter 5 for the
+      batch); with a set, the positive is already its own column and a second copy
+      would count it twice (chapter 4);
+    * the logistic family (``logistic=True``: NCE, negative sampling, the pairwise sigmoid
+      loss) sums one term per column, each right when its log Q is the column's expected
+      count, so it keeps every hit.
+
+    ``positive_ids``: (B,) or (B, T); ``columns``: the CandidateSet whose ids are compared;
+    ``positive_columns``, ``repeated_hits``: as :func:`accidental_hits`. Chapters 4–5.
+    """
+    remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
+    logistic = check_bool("logistic", logistic)
+    check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
+    _check_candidate_set("columns", columns)
+    _check_hit_ids(positive_ids, columns.ids)
+    check_ids("positive_ids", positive_ids, None)  # the set's ids were checked when made
+    if positive_columns is not None:
+        check_positive_columns(
+            positive_columns, positive_ids.shape[0], columns.num_candidates, "columns"
+        )
+    return _hits_to_remove(
+        positive_ids, columns, remove_accidental_hits, positive_columns, repeated_hits, logistic
+    )
+
+
+def _hits_to_remove(
+    positive_ids: torch.Tensor,
+    columns: CandidateSet,
+    remove_accidental_hits: bool | None,
+    positive_columns: torch.Tensor | None,
+    repeated_hits: str,
+    logistic: bool,
+) -> torch.Tensor | None:
+    """:func:`hits_to_remove` on checked arguments."""
+    if remove_accidental_hits is False:
+        return None
+    by_source = None
+    if remove_accidental_hits is None:
+        if logistic:
+            return None
+        by_source = columns.hit_columns()
+        if by_source is None:
+            return None
+    hits = _accidental_hits(positive_ids, columns.ids, positive_columns, repeated_hits)
+    return hits if by_source is None else hits & by_source.to(hits.device)[None, :]
 
 
 def _invalid_columns(candidates: CandidateSet) -> torch.Tensor | None:

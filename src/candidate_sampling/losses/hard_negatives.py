@@ -66,7 +66,7 @@ import math
 import torch
 
 from candidate_sampling._validate import (
-    check_bool,
+    check_optional_bool,
     check_bool_mask,
     check_choice,
     check_finite,
@@ -568,7 +568,7 @@ def hard_negative_softmax_loss(
     candidates: CandidateSet | None = None,
     *,
     temperature: float | Temperature = 1.0,
-    remove_accidental_hits: bool = True,
+    remove_accidental_hits: bool | None = None,
     false_negative_mask: torch.Tensor | None = None,
     hardness_alpha: float = 0.0,
     num_hard_negatives: int | None = None,
@@ -590,7 +590,10 @@ def hard_negative_softmax_loss(
     1. ``o_ij = s_ij / τ − log Q_j``;
     2. ``hardness_alpha`` α: ``o_ij += α · stopgrad(s_ij)`` for ``j ≠ i``
        (:func:`hardness_weighted_logits`);
-    3. masks: accidental hits, the sets' invalid columns, and ``false_negative_mask``
+    3. masks: accidental hits (``remove_accidental_hits``: None, the default, by each
+       column's source — the batch's copies kept, mined columns' hits removed — as
+       :func:`~candidate_sampling.losses.retrieval.in_batch_logits`; True or False for
+       every column), the sets' invalid columns, and ``false_negative_mask``
        (B, B + C) bool — known positives, a guide's verdict
        (:func:`guide_false_negative_mask`); the row's own positive column is never masked;
     4. ``num_hard_negatives`` k: keep the positive and the k hardest columns
@@ -613,7 +616,7 @@ def hard_negative_softmax_loss(
         num_hard_negatives,
     )
     check_reduction(reduction)
-    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+    remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     if false_negative_mask is not None and (
         not isinstance(false_negative_mask, torch.Tensor)
         or false_negative_mask.dtype != torch.bool
@@ -690,7 +693,7 @@ class HardNegativeSoftmaxLoss(_Loss):
         tau_plus: float = 0.0,
         beta: float = 0.0,
         min_logit: float | None = None,
-        remove_accidental_hits: bool = True,
+        remove_accidental_hits: bool | None = None,
         reduction: str = "mean",
     ) -> None:
         super().__init__(temperature=temperature, reduction=reduction)
@@ -703,7 +706,9 @@ class HardNegativeSoftmaxLoss(_Loss):
         self.positive_in_denominator = positive_in_denominator
         self.dclw_sigma = dclw_sigma
         self.tau_plus, self.beta, self.min_logit = tau_plus, beta, min_logit
-        self.remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+        self.remove_accidental_hits = check_optional_bool(
+            "remove_accidental_hits", remove_accidental_hits
+        )
 
     def forward(
         self,

@@ -35,7 +35,8 @@ from candidate_sampling.losses.core import (
     logistic_terms,
     reduce_loss,
 )
-from candidate_sampling.losses.sampled import _SampledLoss, candidate_logits, scores_to_logits
+from candidate_sampling._validate import check_optional_bool
+from candidate_sampling.losses.sampled import _candidate_logits, _SampledLoss, scores_to_logits
 
 __all__ = [
     "nce_from_scores",
@@ -97,7 +98,7 @@ def nce_loss(
     candidates: CandidateSet,
     *,
     temperature: float | Temperature = 1.0,
-    remove_accidental_hits: bool = False,
+    remove_accidental_hits: bool | None = None,
     repeated_hits: str = "mask_all",
     sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
@@ -106,19 +107,23 @@ def nce_loss(
 
     Logits ``(u·v + b)/τ − log Q`` of the positive(s) and the candidates (steps 1–4 of
     :func:`~candidate_sampling.losses.sampled.candidate_logits`), then the per-row sum of
-    logistic terms. TF's defaults: accidental hits *kept*; with
-    ``remove_accidental_hits=True`` it is :func:`sampled_logistic_loss`. With sets built
-    without log Q (``correct=False``) it is :func:`negative_sampling_loss`. At the optimum
-    F learns ``log P(y | x)``. Shapes as in
-    :func:`~candidate_sampling.losses.sampled.sampled_softmax_loss`.
+    logistic terms. Accidental hits are *kept* by default (``None``, the logistic family's
+    rule of :func:`~candidate_sampling.losses.core.hits_to_remove`: the loss sums one term
+    per column, each right when its log Q is the column's expected count; TF's
+    ``nce_loss`` default too); with ``remove_accidental_hits=True`` it is
+    :func:`sampled_logistic_loss`. With sets built without log Q (``correct=False``) it
+    is :func:`negative_sampling_loss`. At the optimum F learns ``log P(y | x)``. Shapes
+    as in :func:`~candidate_sampling.losses.sampled.sampled_softmax_loss`.
     """
-    pos, neg = candidate_logits(
+    remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
+    pos, neg = _candidate_logits(
         query,
         positives,
         candidates,
-        temperature=temperature,
-        remove_accidental_hits=remove_accidental_hits,
-        repeated_hits=repeated_hits,
+        temperature,
+        remove_accidental_hits,
+        repeated_hits,
+        logistic=True,
     )
     return reduce_loss(_logistic_rows(pos, neg), reduction, sample_weight=sample_weight)
 
@@ -126,7 +131,7 @@ def nce_loss(
 def _without_log_q(s: CandidateSet) -> CandidateSet:
     if not isinstance(s, CandidateSet):
         return s  # the loss reports it
-    return CandidateSet._unchecked(s.embeddings, s.ids, None, s.mask, s.bias)
+    return CandidateSet._unchecked(s.embeddings, s.ids, None, s.mask, s.bias, s.source)
 
 
 def negative_sampling_loss(
@@ -135,12 +140,13 @@ def negative_sampling_loss(
     candidates: CandidateSet,
     *,
     temperature: float | Temperature = 1.0,
-    remove_accidental_hits: bool = False,
+    remove_accidental_hits: bool | None = None,
     repeated_hits: str = "mask_all",
     sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Negative sampling (word2vec): the NCE loss with the sets' log Q *ignored* (chapter 3).
+    """Negative sampling (word2vec): the NCE loss with the sets' log Q *ignored* (chapter 3);
+    accidental hits kept by default, as :func:`nce_loss`.
 
     ``loss = softplus(−s_t/τ) + Σ_j softplus(s_j/τ)``; F learns ``log(P(y|x) / Q(y))``.
     """
@@ -186,9 +192,9 @@ class NCELoss(_SampledLoss):
     """Draws ``num_samples`` noise candidates per call and applies :func:`nce_loss`.
 
     Same arguments as :class:`~candidate_sampling.losses.sampled.SampledSoftmaxLoss`, with
-    TF's ``nce_loss`` defaults: unique draws, accidental hits kept, log expected count
-    subtracted (``subtract_log_q=False`` gives negative sampling). Chapter 3.
+    TF's ``nce_loss`` defaults: unique draws, accidental hits kept (the logistic family's
+    rule for every source), log expected count subtracted (``subtract_log_q=False`` gives
+    negative sampling). Chapter 3.
     """
 
     _loss_fn = staticmethod(nce_loss)
-    _removes_hits_by_default = False

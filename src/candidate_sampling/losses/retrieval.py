@@ -16,9 +16,21 @@ CandidateSets (:class:`~candidate_sampling.CandidateSet`):
 
 The loss composes the pipeline steps of :mod:`candidate_sampling.losses.core`: score,
 temperature, ``− log Q`` on **every** column (the row's own positive included: it is one
-of the draws, Yi et al. 2019), masks (other columns holding the row's positive id, and
-each set's invalid columns), the softmax cross-entropy with row ``i``'s positive in column
-``i``, the reduction (mean over rows; TF Recommenders sums).
+of the draws, Yi et al. 2019), masks (accidental hits — other columns holding the row's
+positive id — by each column's source, and each set's invalid columns), the softmax
+cross-entropy with row ``i``'s positive in column ``i``, the reduction (mean over rows;
+TF Recommenders sums).
+
+**Accidental hits.** The ``positives`` are the batch's own positives whatever source the
+set records: the other rows' positives are independent draws from the item marginal, so
+a copy of row ``i``'s positive among them is an ordinary draw, and keeping it is what
+makes the true model a stationary point (chapter 5 enumerates it exactly; with or without
+the log Q correction). The default (``remove_accidental_hits=None``) therefore keeps those
+copies — TF Recommenders' default — and removes hits only in the ``candidates`` columns of
+a set (a unique draw, mined ids, a fixed set), keeping those of draws with replacement, a
+queue or other ranks (:func:`~candidate_sampling.losses.core.hits_to_remove`).
+``remove_accidental_hits=True`` removes every copy (TF Recommenders'
+``remove_accidental_hits=True``), ``False`` none.
 
 :class:`RetrievalLoss` is the module a training loop uses (TFRS's ``Retrieval`` task):
 it holds the temperature, the source of log Q, an optional extra-negative sampler and the
@@ -35,6 +47,7 @@ from candidate_sampling._validate import (
     check_bool,
     check_bool_mask,
     check_callable,
+    check_optional_bool,
     check_choice,
     check_ids,
     check_int_range,
@@ -49,8 +62,8 @@ from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator, i
 from candidate_sampling.losses.core import (
     REPEATED_HITS,
     Temperature,
-    _accidental_hits,
     _check_rows,
+    _hits_to_remove,
     _corrected_logits,
     _invalid_columns,
     _Loss,
@@ -88,8 +101,10 @@ def in_batch_columns(
     query: torch.Tensor, positives: CandidateSet, candidates: CandidateSet | None
 ) -> CandidateSet:
     """The in-batch layout's columns ``[positives | candidates]``, checked once: ``B``
-    positives for the ``B`` rows of ``query`` (B, d), row ``i``'s in column ``i``."""
+    positives for the ``B`` rows of ``query`` (B, d), row ``i``'s in column ``i``; the
+    positives' source is ``"batch"`` by this contract (the hit rule keeps their copies)."""
     _check_in_batch(query, positives, candidates)
+    positives = positives.with_source("batch")
     return positives if candidates is None else CandidateSet.concat(positives, candidates)
 
 
@@ -116,29 +131,30 @@ def in_batch_logits(
     candidates: CandidateSet | None = None,
     *,
     temperature: float | Temperature = 1.0,
-    remove_accidental_hits: bool = True,
+    remove_accidental_hits: bool | None = None,
     repeated_hits: str = "mask_all",
     removed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Steps 1–4 of the in-batch layout: (B, B + C) logits, row ``i``'s positive in column ``i``.
 
     Columns: ``positives`` (B) then ``candidates`` (C, optional). Logit
-    ``(u_i·v_j + b_j)/τ − log Q_ij``; removed columns (another column with the row's
-    positive id, when ``remove_accidental_hits``; invalid columns of a set; ``removed``
-    (B, B + C) bool, True = remove, e.g. known positives) hold the finite
+    ``(u_i·v_j + b_j)/τ − log Q_ij``; removed columns (accidental hits — another column
+    with the row's positive id — as ``remove_accidental_hits`` says: None, the default,
+    by each column's source, keeping the batch's copies; invalid columns of a set;
+    ``removed`` (B, B + C) bool, True = remove, e.g. known positives) hold the finite
     :func:`~candidate_sampling.losses.core.mask_value`. A row's own positive column is
     never removed. Chapters 5–8.
     """
     check_temperature(temperature)
-    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+    remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
     columns = in_batch_columns(query, positives, candidates)
     batch = query.shape[0]
     logits = _corrected_logits(query, columns, temperature)  # (B, B + C), our own
     own = torch.arange(batch, device=logits.device)
-    hits = None
-    if remove_accidental_hits:
-        hits = _accidental_hits(positives.ids, columns.ids, own, repeated_hits)
+    hits = _hits_to_remove(
+        positives.ids, columns, remove_accidental_hits, own, repeated_hits, False
+    )
     mask = _union_masks(hits, removed_columns(columns, batch, removed))
     return mask_logits(logits, mask, inplace=True)
 
@@ -149,7 +165,7 @@ def in_batch_softmax_loss(
     candidates: CandidateSet | None = None,
     *,
     temperature: float | Temperature = 1.0,
-    remove_accidental_hits: bool = True,
+    remove_accidental_hits: bool | None = None,
     repeated_hits: str = "mask_all",
     sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
@@ -160,8 +176,12 @@ def in_batch_softmax_loss(
     over the columns ``[positives | candidates]``. ``query``: (B, d); ``positives``: a
     CandidateSet of the ``B`` positives (row ``i``'s in column ``i``); ``candidates``:
     more columns (mixed negatives, a queue, other ranks, mined), or None.
-    ``remove_accidental_hits`` (default True; TFRS's default is False): remove every
-    other column whose id is row ``i``'s positive id (``repeated_hits`` as in
+    ``remove_accidental_hits``: None (default) follows each column's source — copies of
+    row ``i``'s positive among the batch's columns, a queue's, other ranks' or draws with
+    replacement are kept (TF Recommenders' default, ``False``, gives the same for the
+    batch), those in a unique draw, mined or fixed set removed; True removes every other
+    column whose id is row ``i``'s positive id (TFRS's ``remove_accidental_hits=True``),
+    False none (``repeated_hits`` as in
     :func:`~candidate_sampling.losses.core.accidental_hits`). ``sample_weight``: (B,).
     Reduction over rows: ``"mean"`` (default), ``"sum"`` (TFRS) or ``"none"``. Chapter 5.
     """
@@ -196,7 +216,9 @@ class RetrievalLoss(_Loss):
       (``r`` = the sampler's per-draw probability; with ``unique=True`` the extras'
       expected count is ``1 − (1 − r)^num_tries`` instead of ``B'·r``). The sampler's
       catalogue must be ``item_probabilities``' (the same |V|).
-    * ``remove_accidental_hits`` (default True), ``temperature``, ``reduction``.
+    * ``remove_accidental_hits`` (default None: by each column's source — the batch's
+      copies and extras drawn with replacement are kept, a unique draw's hits removed;
+      True or False for every column), ``temperature``, ``reduction``.
 
     ``forward(query (B, d), positive_embeddings (B, d), positive_ids (B,), *,
     item_encoder=None, sample_weight=None, generator=None)`` → the loss of
@@ -223,12 +245,14 @@ class RetrievalLoss(_Loss):
         sampler: CandidateSampler | None = None,
         num_samples: int = 0,
         unique: bool = False,
-        remove_accidental_hits: bool = True,
+        remove_accidental_hits: bool | None = None,
         reduction: str = "mean",
     ) -> None:
         super().__init__(temperature=temperature, reduction=reduction)
         unique = check_bool("unique", unique)
-        remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+        remove_accidental_hits = check_optional_bool(
+            "remove_accidental_hits", remove_accidental_hits
+        )
         if item_probabilities is not None and frequency_estimator is not None:
             raise ValueError("give item_probabilities or frequency_estimator, not both")
         if item_probabilities is not None:
@@ -328,7 +352,9 @@ class RetrievalLoss(_Loss):
                     f"item_encoder must return embeddings of size d = {query.shape[1]} on "
                     f"{query.device} (query's), got {tuple(rows.shape)} on {rows.device}"
                 )
-            extras = CandidateSet._unchecked(rows, extra_ids)
+            extras = CandidateSet._unchecked(rows, extra_ids).with_source(
+                "unique" if draw.unique else "replacement"
+            )
         if self.log_q_source != "none":
             # one expression for every column: Q* = B·q(y) + (expected count among extras)
             ids = positive_ids if extras is None else torch.cat([positive_ids, extras.ids])
@@ -351,7 +377,9 @@ class RetrievalLoss(_Loss):
             log_q = torch.log(counts).float().to(query.device)
             positives = CandidateSet._unchecked(positives.embeddings, positives.ids, log_q[:batch])
             if extras is not None:
-                extras = CandidateSet._unchecked(extras.embeddings, extras.ids, log_q[batch:])
+                extras = CandidateSet._unchecked(
+                    extras.embeddings, extras.ids, log_q[batch:], source=extras.source
+                )
         return in_batch_softmax_loss(
             query,
             positives,

@@ -13,11 +13,13 @@
   concatenation of sources (``draw_set + mined_set``).
 
 A row's logits are ``[o_i,pos | o_i1 … o_iC]`` with ``o = (u·v + b)/τ − log Q``; candidate
-columns holding the row's positive id are removed (accidental hits, on by default), as
-are columns the set marks invalid; the softmax cross-entropy puts ``1/T`` on each positive
-column. Removing hits is right for unique draws (``SampledSoftmaxLoss``'s default); for draws with
-replacement pass ``remove_accidental_hits=False``: each copy of the positive is an
-ordinary draw, and removing copies (every one, or TF's one) biases the optimum. TF's
+columns holding the row's positive id (accidental hits) are removed as the columns' source
+says (``remove_accidental_hits=None``, the default: removed for a unique draw, kept for
+draws with replacement, where each copy of the positive is an ordinary draw and removing
+copies — every one, or TF's one — biases the optimum; chapter 4), as are columns the set
+marks invalid; the softmax cross-entropy puts ``1/T`` on each positive column.
+TensorFlow's ``sampled_softmax_loss`` always removes hits: pass
+``remove_accidental_hits=True`` (and ``repeated_hits="tensorflow"``) to reproduce it. TF's
 ``sampled_softmax_loss`` returns the per-row losses; the package's default reduction is
 their mean (``reduction="none"`` gives TF's vector). The positives of *other* rows are
 not negatives here — that is the in-batch layout,
@@ -34,6 +36,7 @@ import torch
 from candidate_sampling._validate import (
     check_bool,
     check_bool_mask,
+    check_optional_bool,
     check_choice,
     check_finite,
     check_int_range,
@@ -46,6 +49,8 @@ from candidate_sampling.candidates import CandidateSet, Classes, _check_candidat
 from candidate_sampling.losses.core import (
     REPEATED_HITS,
     Temperature,
+    _check_hit_ids,
+    _hits_to_remove,
     _invalid_columns,
     _Loss,
     _union_masks,
@@ -95,21 +100,43 @@ def candidate_logits(
     candidates: CandidateSet,
     *,
     temperature: float | Temperature = 1.0,
-    remove_accidental_hits: bool = True,
+    remove_accidental_hits: bool | None = None,
     repeated_hits: str = "mask_all",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Steps 1–4 of the sampled layout: ``(positive logits (B, T), candidate logits (B, C))``.
 
     ``o = (u·v + b)/τ − log Q`` for each row's positive column(s) and for every candidate
-    column; candidate columns that are invalid in ``candidates.mask`` or (with
-    ``remove_accidental_hits``) hold one of the row's positive ids get the finite
-    :func:`~candidate_sampling.losses.core.mask_value`. ``repeated_hits``: see
+    column; candidate columns that are invalid in ``candidates.mask`` or are accidental
+    hits (hold one of the row's positive ids) to remove get the finite
+    :func:`~candidate_sampling.losses.core.mask_value`. Which hits are removed:
+    ``remove_accidental_hits`` None (default) follows the softmax rule of
+    :func:`~candidate_sampling.losses.core.hits_to_remove` (a unique draw's, mined or
+    fixed columns' hits removed; draws with replacement, batch, ranks or queue kept);
+    True every hit, False none. ``repeated_hits``: see
     :func:`~candidate_sampling.losses.core.accidental_hits`. A row's positive cannot be
     removed: a ``positives.mask`` with a False entry is an error (a value check; drop the
     row or give it ``sample_weight`` 0 instead). Chapters 3–4.
     """
+    remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
+    return _candidate_logits(
+        query, positives, candidates, temperature, remove_accidental_hits, repeated_hits,
+        logistic=False,
+    )
+
+
+def _candidate_logits(
+    query: torch.Tensor,
+    positives: CandidateSet,
+    candidates: CandidateSet,
+    temperature: float | Temperature,
+    remove_accidental_hits: bool | None,
+    repeated_hits: str,
+    *,
+    logistic: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`candidate_logits` with the hit rule of the softmax (``logistic=False``) or of
+    the logistic family (``logistic=True``: every hit kept unless told otherwise)."""
     check_temperature(temperature)
-    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
     check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
     check_tensor("query", query, ("B", "d"), floating=True)
     _check_candidate_set("positives", positives)
@@ -131,15 +158,12 @@ def candidate_logits(
     pos_scores = score_positives(query, positives)
     neg_scores = score(query, candidates)
     batch, num_true = pos_scores.shape
-    hits = None
-    if remove_accidental_hits:
-        positive_ids = positives.ids.reshape(batch, num_true)
-        hits = _accidental_hits(  # the sets' ids were checked when they were made
-            positive_ids if num_true > 1 else positive_ids[:, 0],
-            candidates.ids,
-            None,
-            repeated_hits,
-        )
+    positive_ids = positives.ids.reshape(batch, num_true)
+    positive_ids = positive_ids if num_true > 1 else positive_ids[:, 0]
+    _check_hit_ids(positive_ids, candidates.ids)
+    hits = _hits_to_remove(
+        positive_ids, candidates, remove_accidental_hits, None, repeated_hits, logistic
+    )
     removed = _union_masks(hits, _invalid_columns(candidates))
     pos_log_q = None if positives.log_q is None else positives.log_q.reshape(batch, num_true)
     return _logits(
@@ -163,7 +187,7 @@ def sampled_softmax_loss(
     candidates: CandidateSet,
     *,
     temperature: float | Temperature = 1.0,
-    remove_accidental_hits: bool = True,
+    remove_accidental_hits: bool | None = None,
     repeated_hits: str = "mask_all",
     sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
@@ -177,9 +201,11 @@ def sampled_softmax_loss(
     ``candidates``: the negatives (:meth:`~candidate_sampling.CandidateSet.from_draw`,
     or any concatenation).
     A draw's log Q enters through the sets; build them with ``correct=False`` for no
-    correction. ``repeated_hits="tensorflow"`` removes only the last copy of a repeated
-    positive id, as TF; a candidate set drawn with replacement should keep its hits
-    (``remove_accidental_hits=False``, chapter 4). ``sample_weight``: (B,); reduction:
+    correction. Accidental hits: ``remove_accidental_hits=None`` (default) removes them in
+    a unique draw and keeps them in a draw with replacement (each column's source;
+    chapter 4); TF always removes them: ``remove_accidental_hits=True`` with
+    ``repeated_hits="tensorflow"`` (only the last copy of a repeated positive id) is TF's
+    ``sampled_softmax_loss(remove_accidental_hits=True)``. ``sample_weight``: (B,); reduction:
     mean over rows (Keras semantics, :func:`~candidate_sampling.losses.core.reduce_loss`;
     TF returns the per-row vector, ``reduction="none"``). TF table: positives
     T, negatives S − T, input F − log Q, softmax; F learns ``log P(y | x) + K(x)``.
@@ -298,7 +324,6 @@ class _SampledLoss(_Loss):
     CandidateSets, apply ``_loss_fn``."""
 
     _loss_fn: staticmethod
-    _removes_hits_by_default: bool
     _options = (
         "sampler",
         "num_samples",
@@ -330,8 +355,9 @@ class _SampledLoss(_Loss):
         check_int_range("num_samples", num_samples, 1)
         check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
         unique = check_bool("unique", unique)
-        if remove_accidental_hits is not None:  # None: the loss's own default
-            remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+        remove_accidental_hits = check_optional_bool(
+            "remove_accidental_hits", remove_accidental_hits
+        )  # None: the loss's rule for the draw's source
         subtract_log_q = check_bool("subtract_log_q", subtract_log_q)
         sparse = check_bool("sparse", sparse)
         if unique and num_samples > sampler.num_allowed:
@@ -339,8 +365,6 @@ class _SampledLoss(_Loss):
                 f"num_samples must be <= the number of drawable classes ({sampler.num_allowed}) "
                 f"when unique=True, got {num_samples}"
             )
-        if remove_accidental_hits is None:
-            remove_accidental_hits = self._removes_hits_by_default
         self.sampler = sampler
         self.num_samples = num_samples
         self.unique = unique
@@ -392,14 +416,15 @@ class SampledSoftmaxLoss(_SampledLoss):
     """Draws ``num_samples`` candidates per call and applies :func:`sampled_softmax_loss`.
 
     ``SampledSoftmaxLoss(sampler, num_samples, *, unique=True, temperature=1.0,
-    remove_accidental_hits=True, repeated_hits="mask_all", subtract_log_q=True,
+    remove_accidental_hits=None, repeated_hits="mask_all", subtract_log_q=True,
     reduction="mean", sparse=False)``;
     ``forward(query (B, d), classes, positive_ids (B,) or (B, T), *, class_bias=None,
     sample_weight=None, generator=None)`` → loss, where ``classes`` is a class table
-    (|V|, d) or an item encoder. The last draw is kept in ``last_draw``. With
-    ``unique=False`` pass ``remove_accidental_hits=False`` (hits drawn with replacement
-    are ordinary draws, chapter 4). Chapter 4.
+    (|V|, d) or an item encoder. The last draw is kept in ``last_draw``. Accidental hits
+    (``remove_accidental_hits=None``): removed with ``unique=True`` (TF's default
+    sampler), kept with ``unique=False`` (hits drawn with replacement are ordinary draws,
+    chapter 4); True or False for either. TF's ``sampled_softmax_loss`` is
+    ``unique=True, remove_accidental_hits=True, repeated_hits="tensorflow"``. Chapter 4.
     """
 
     _loss_fn = staticmethod(sampled_softmax_loss)
-    _removes_hits_by_default = True

@@ -40,6 +40,7 @@ from torch import nn
 
 from candidate_sampling._validate import (
     check_bool,
+    check_optional_bool,
     check_finite,
     check_ids,
     check_reduction,
@@ -114,20 +115,23 @@ def sigmoid_pair_terms(
     candidate_ids: torch.Tensor,
     *,
     positive_columns: torch.Tensor | None,
-    remove_accidental_hits: bool = True,
+    remove_accidental_hits: bool | None = None,
     removed: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-row sums of SigLIP's logistic terms over a block of columns, (B, C) → (B,).
 
     ``Σ_j w_ij softplus(z_ij) − z_{i,c_i}``: label 1 on row ``i``'s positive column
     ``positive_columns[i]`` (None: the block holds no positive of these rows, e.g. another
-    device's block in the ring), 0 elsewhere; ``w_ij = 0`` on accidental hits (other
-    columns with the row's positive id) and on ``removed`` (B, C) bool columns (or a
-    shape that broadcasts to (B, C)). ``positive_ids``: (B,) or (B, T); ``candidate_ids``:
-    (C,); ``positive_columns``: (B,) in ``[0, C)`` (a value check).
+    device's block in the ring), 0 elsewhere; ``w_ij = 0`` on ``removed`` (B, C) bool
+    columns (or a shape that broadcasts to (B, C)) and, with
+    ``remove_accidental_hits=True``, on accidental hits (other columns with the row's
+    positive id). The default (None) keeps hits, the logistic family's rule
+    (:func:`~candidate_sampling.losses.core.hits_to_remove`): each pair's term is right as
+    it is. ``positive_ids``: (B,) or (B, T); ``candidate_ids``: (C,); ``positive_columns``:
+    (B,) in ``[0, C)`` (a value check).
     """
     check_tensor("logits", logits, ("B", "C"), floating=True, allow_empty=True)
-    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+    remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     _check_hit_ids(positive_ids, candidate_ids)
     check_ids("positive_ids", positive_ids, None)
     check_ids("candidate_ids", candidate_ids, None)
@@ -148,12 +152,12 @@ def _sigmoid_pair_terms(
     positive_ids: torch.Tensor,
     candidate_ids: torch.Tensor,
     positive_columns: torch.Tensor | None,
-    remove_accidental_hits: bool,
+    remove_accidental_hits: bool | None,
     removed: torch.Tensor | None,
 ) -> torch.Tensor:
     """:func:`sigmoid_pair_terms` on checked arguments (a loss's own ``arange(B)`` columns)."""
     hits = None
-    if remove_accidental_hits:
+    if remove_accidental_hits:  # None and False keep the hits (the logistic rule)
         hits = _accidental_hits(positive_ids, candidate_ids, positive_columns, "mask_all")
     per_row = logistic_terms(logits, 0.0, removed=_union_masks(hits, removed)).sum(1)
     if positive_columns is not None:
@@ -169,7 +173,7 @@ def sigmoid_pairwise_loss(
     *,
     temperature: float | Temperature = 1.0,
     bias: float | torch.Tensor = 0.0,
-    remove_accidental_hits: bool = True,
+    remove_accidental_hits: bool | None = None,
     sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
@@ -179,14 +183,18 @@ def sigmoid_pairwise_loss(
     over the columns ``[positives | candidates]``: a logistic loss with label 1 on column
     ``i`` (row ``i``'s positive) and 0 on every other column. ``query``: (B, d);
     ``positives``: a CandidateSet of the B positives; ``candidates``: more columns (other
-    devices' positives, a queue) or None; ``remove_accidental_hits`` (default True): drop
-    every term ``j ≠ i`` whose id is row ``i``'s positive id; invalid columns of a set are
-    dropped too. Reduction over rows of the per-row sums, weighted by ``sample_weight``:
+    devices' positives, a queue) or None; ``remove_accidental_hits``: None (default) keeps
+    every term, a copy of row ``i``'s positive included — the logistic family's rule
+    (:func:`~candidate_sampling.losses.core.hits_to_remove`): each negative pair is a draw
+    from the product of the marginals, copies included, so the true model is a stationary
+    point only with them kept; open_clip's ``SigLipLoss`` has no ids and keeps them too —
+    True drops every term ``j ≠ i`` whose id is row ``i``'s positive id; invalid columns
+    of a set are dropped either way. Reduction over rows of the per-row sums, weighted by ``sample_weight``:
     ``"mean"`` (default; SigLIP's sum over pairs divided by the batch size), ``"sum"`` or
     ``"none"``. Chapter 7.
     """
     check_reduction(reduction)
-    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+    remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     columns = in_batch_columns(query, positives, candidates)
     batch = query.shape[0]
     logits = sigmoid_pairwise_logits(query, columns, temperature=temperature, bias=bias)
@@ -209,7 +217,8 @@ class SigmoidPairwiseLoss(nn.Module):
     made with ``Temperature.from_scale`` (learned in log space, so it stays positive; its
     errors name ``scale``); ``bias`` b (initial −10) an ``nn.Parameter`` when
     ``learnable=True`` (the default), a buffer otherwise. ``forward(query, positives,
-    candidates=None, *, sample_weight=None)`` is :func:`sigmoid_pairwise_loss`. Chapter 7.
+    candidates=None, *, sample_weight=None)`` is :func:`sigmoid_pairwise_loss`
+    (``remove_accidental_hits`` as there: None keeps hits). Chapter 7.
     """
 
     def __init__(
@@ -218,14 +227,16 @@ class SigmoidPairwiseLoss(nn.Module):
         scale: float = SIGLIP_SCALE_INIT,
         bias: float = SIGLIP_BIAS_INIT,
         learnable: bool = True,
-        remove_accidental_hits: bool = True,
+        remove_accidental_hits: bool | None = None,
         reduction: str = "mean",
     ) -> None:
         super().__init__()
         if isinstance(scale, bool) or not isinstance(scale, (int, float)):
             raise ValueError(f"scale must be a number, got {type(scale).__name__}")
         learnable = check_bool("learnable", learnable)
-        remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+        remove_accidental_hits = check_optional_bool(
+            "remove_accidental_hits", remove_accidental_hits
+        )
         self.temperature = Temperature.from_scale(scale, learnable=learnable)
         _check_bias(bias)
         tensor = torch.tensor(float(bias))

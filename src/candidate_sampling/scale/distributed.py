@@ -49,7 +49,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from candidate_sampling._validate import (
-    check_bool,
+    check_optional_bool,
     check_int_range,
     check_positive,
     check_reduction,
@@ -206,7 +206,10 @@ def _with_log_q(
     log_q = batch_log_q(
         positives.ids, item_probabilities, num_draws=num_draws, name="positives.ids"
     )
-    return CandidateSet(positives.embeddings, positives.ids, log_q, positives.mask, positives.bias)
+    return CandidateSet(
+        positives.embeddings, positives.ids, log_q, positives.mask, positives.bias,
+        positives.source,
+    )
 
 
 def gather_candidates(
@@ -230,9 +233,11 @@ def gather_candidates(
     ``B·p`` with ``B → N``). Under a softmax the factor ``N`` cancels; it matters when the
     gathered columns are mixed with other candidates (a queue, sampled extras).
 
-    ``g.select(slice(0, B))`` is this rank's own positives and ``g.select(slice(B, None))``
-    the other ranks', so ``in_batch_softmax_loss(query, own, others)`` is the global
-    in-batch softmax for this rank's rows (:func:`gathered_softmax_loss`). Chapter 7.
+    ``g.select(slice(0, B))`` is this rank's own positives (source ``"batch"``) and
+    ``g.select(slice(B, None))`` the other ranks' (source ``"ranks"``: a copy of a row's
+    positive there is an ordinary draw and is kept by the default hit rule), so
+    ``in_batch_softmax_loss(query, own, others)`` is the global in-batch softmax for this
+    rank's rows (:func:`gathered_softmax_loss`). Chapter 7.
     """
     _check_shared(positives)
     batch = positives.num_candidates
@@ -250,12 +255,16 @@ def gather_candidates(
         return out.bool() if t.dtype == torch.bool else out
 
     with validate_args(False):  # every rank's set was checked when it was made
+        embeddings = gather(positives.embeddings)
+        others = embeddings.shape[0] - batch
         gathered = CandidateSet(
-            gather(positives.embeddings),
+            embeddings,
             gather(positives.ids),
             gather(positives.log_q),
             gather(positives.mask),
             gather(positives.bias),
+            # this rank's positives, then the other ranks': draws from the same marginal
+            (("batch", batch),) + ((("ranks", others),) if others else ()),
         )
     return _with_log_q(gathered, item_probabilities, sum(sizes))
 
@@ -267,7 +276,7 @@ def gathered_softmax_loss(
     *,
     item_probabilities: torch.Tensor | None = None,
     temperature: float | Temperature = 1.0,
-    remove_accidental_hits: bool = True,
+    remove_accidental_hits: bool | None = None,
     repeated_hits: str = "mask_all",
     sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
@@ -277,8 +286,9 @@ def gathered_softmax_loss(
 
     ``ℓ_i = −o_ii + log Σ_{j=1}^{N} exp(o_ij)``, ``o_ij = u_i·v_j / τ − log(N·p(y_j))``
     over the ``N`` gathered columns (:func:`gather_candidates`) and any local
-    ``candidates`` (a queue, sampled extras) after them, accidental hits masked by id
-    across ranks. ``query``: (B, d); ``positives``: this rank's B positives as a
+    ``candidates`` (a queue, sampled extras) after them; accidental hits by id across
+    ranks as ``remove_accidental_hits`` says (None, the default: by source, so copies of
+    a row's positive on any rank are kept; True removes them). ``query``: (B, d); ``positives``: this rank's B positives as a
     CandidateSet; the other options as in
     :func:`~candidate_sampling.losses.in_batch_softmax_loss`. Reduction over this rank's
     rows; with ``"mean"``, equal ``B`` on every rank and DDP's gradient averaging, a step
@@ -287,7 +297,7 @@ def gathered_softmax_loss(
     ``N``, and sum (not average) over ranks. Chapter 7.
     """
     # checked before the collective: a bad option fails fast, on every rank
-    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+    remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     _check_candidate_set("candidates", candidates, optional=True)
     gathered = gather_candidates(positives, item_probabilities=item_probabilities, group=group)
     batch = positives.num_candidates
@@ -353,7 +363,9 @@ def _ring_shift_set(chunk: CandidateSet, group) -> CandidateSet:
     """The CandidateSet held by rank r − 1, every field passed one step along the ring."""
     fields = ("embeddings", "ids", "log_q", "mask", "bias")
     with validate_args(False):  # values were checked on the rank that made the chunk
-        return CandidateSet(*(_ring_shift(getattr(chunk, name), group) for name in fields))
+        return CandidateSet(
+            *(_ring_shift(getattr(chunk, name), group) for name in fields), source="ranks"
+        )
 
 
 def ring_sigmoid_loss(
@@ -363,7 +375,7 @@ def ring_sigmoid_loss(
     item_probabilities: torch.Tensor | None = None,
     temperature: float | Temperature = 1.0,
     bias: float | torch.Tensor = 0.0,
-    remove_accidental_hits: bool = True,
+    remove_accidental_hits: bool | None = None,
     sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
     group: dist.ProcessGroup | None = None,
@@ -389,7 +401,7 @@ def ring_sigmoid_loss(
     Chapter 7.
     """
     check_reduction(reduction)
-    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+    remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     check_tensor("query", query, ("B", "d"), floating=True)
     _check_shared(positives)
     batch = query.shape[0]

@@ -36,7 +36,11 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from candidate_sampling._validate import check_bool, check_int_range, check_reduction
+from candidate_sampling._validate import (
+    check_int_range,
+    check_optional_bool,
+    check_reduction,
+)
 from candidate_sampling.candidates import CandidateSet
 from candidate_sampling.losses.core import Temperature, reduce_loss
 from candidate_sampling.losses.retrieval import _check_in_batch, in_batch_softmax_loss
@@ -206,7 +210,8 @@ def _rows(columns: CandidateSet, rows: slice) -> CandidateSet:
         return t[rows] if t is not None and t.dim() == 2 else t
 
     return CandidateSet(
-        columns.embeddings, columns.ids, part(columns.log_q), part(columns.mask), columns.bias
+        columns.embeddings, columns.ids, part(columns.log_q), part(columns.mask), columns.bias,
+        columns.source,
     )
 
 
@@ -227,7 +232,7 @@ def checkpointed_in_batch_softmax_loss(
     *,
     block_size: int,
     temperature: float | Temperature = 1.0,
-    remove_accidental_hits: bool = True,
+    remove_accidental_hits: bool | None = None,
     sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
@@ -240,15 +245,17 @@ def checkpointed_in_batch_softmax_loss(
     the backward recomputes one block at a time: peak memory O(block_size · (B + C))
     instead of O(B · (B + C)), for a second pass over the scores. A block's rows see the
     columns ``[their positives | the other positives | candidates]`` — the same columns,
-    each with its own log Q and mask, in another order, which a softmax does not see.
-    Repeated ids are masked in every copy (``repeated_hits="mask_all"``; TensorFlow's
-    last-copy rule depends on the column order). Gradients equal the one-pass loss's to
+    each with its own log Q, mask and source, in another order, which a softmax does not
+    see. Accidental hits as the one-pass loss (``remove_accidental_hits=None``: by each
+    column's source, the batch's copies kept); removed ids are masked in every copy
+    (``repeated_hits="mask_all"``; TensorFlow's last-copy rule depends on the column order). Gradients equal the one-pass loss's to
     rounding. Chapter 7.
     """
     check_int_range("block_size", block_size, 1)
     check_reduction(reduction)
-    remove_accidental_hits = check_bool("remove_accidental_hits", remove_accidental_hits)
+    remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     _check_in_batch(query, positives, candidates)  # no wrap-around: one positive per row
+    positives = positives.with_source("batch")  # the in-batch contract (hit rule)
     batch = query.shape[0]
     # half-precision columns are cast once, here: every block then sends its gradient to
     # one float32 tensor, and the sum is cast back once (per block, float16 partial

@@ -172,8 +172,10 @@ class CrossBatchMemory:
         ``B + K'`` popularity draws
         (:func:`~candidate_sampling.sampling.frequency.batch_log_q`; this assumes the queue
         holds past positives, the batch's own distribution) — or none without
-        probabilities. ``in_batch_softmax_loss(query, batch, queued)`` is the loss of a
-        step with the queue.
+        probabilities. Sources ``"batch"`` and ``"queue"``: past positives are draws from
+        the same marginal, so the default hit rule keeps a queued copy of a row's positive.
+        ``in_batch_softmax_loss(query, batch, queued)`` is the loss of a step with the
+        queue.
         """
         check_tensor("positives", positives, ("B", self.dim), floating=True)
         check_tensor("positive_ids", positive_ids, ("B",), floating=False)
@@ -201,8 +203,8 @@ class CrossBatchMemory:
         dtype = torch.promote_types(self._embeddings.dtype, positives.dtype)
         queued = self.embeddings.to(positives.device, dtype)
         return (
-            CandidateSet(positives, positive_ids, batch_log),
-            CandidateSet(queued, queued_ids, queue_log),
+            CandidateSet(positives, positive_ids, batch_log, source="batch"),
+            CandidateSet(queued, queued_ids, queue_log, source="queue"),
         )
 
 

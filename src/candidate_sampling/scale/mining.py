@@ -221,7 +221,8 @@ class MinedNegatives:
         then *exact* terms of its partition function (module docstring). With
         ``share=True`` (default, as sentence-transformers does with explicit negatives)
         every row sees every row's mined negatives; with ``share=False`` each row sees only
-        its own (a per-row (B, M) mask, True = valid). Use as the loss's ``candidates``:
+        its own (a per-row (B, M) mask, True = valid). Source ``"mined"``: a softmax removes
+        a mined copy of a row's positive by default. Use as the loss's ``candidates``:
         ``in_batch_softmax_loss(u, positives, mined.candidates(item_tower))``. Chapter 8.
         """
         if not isinstance(log_q, (int, float)) or isinstance(log_q, bool):
@@ -234,7 +235,7 @@ class MinedNegatives:
         if not share:
             owner = torch.arange(self.ids.shape[0], device=rows.device)[:, None]
             mask = rows[None, :] == owner  # (B, M): row i keeps its own negatives
-        out = CandidateSet.from_ids(ids, classes, log_q=float(log_q))
+        out = CandidateSet.from_ids(ids, classes, log_q=float(log_q), source="mined")
         return out if mask is None else out.with_mask(mask.to(out.device))
 
 
