@@ -38,6 +38,7 @@ import importlib
 import inspect
 import math
 import pkgutil
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
@@ -1494,3 +1495,217 @@ def test_every_valid_call_runs():
 def test_a_careless_call_fails_fast_and_names_its_argument(key):
     found = failures_of(key)
     assert not found, f"{key}:\n  " + "\n  ".join(found)
+
+
+# ============================================================================ the issue's examples
+
+
+def _miner_with_another_catalogue():
+    other_catalogue = KnownPairs(torch.tensor([0]), torch.tensor([1]), num_items=500)
+    return miner().mine(Q, num_negatives=2, known=other_catalogue, user_index=USERS)
+
+
+#: (what, the call, the error's pattern): each example of issue 41 that raised a cryptic
+#: error, named the wrong argument or returned a silent result
+ISSUE_EXAMPLES = [
+    ("Temperature(1e-40): 1/τ is inf", lambda: L.Temperature(1e-40), r"^temperature must lie"),
+    (
+        "SigmoidPairwiseLoss(scale=1e300): a NaN loss",
+        lambda: L.SigmoidPairwiseLoss(scale=1e300),
+        r"^scale must lie",
+    ),
+    ("KnownPairs.mask truncates 2.7 to 2", lambda: known().mask(USERS[:1], torch.tensor([2.7])),
+     r"^item_ids must be an integer tensor"),
+    ("KnownPairs.mask accepts bools", lambda: known().mask(USERS[:1], torch.tensor([True])),
+     r"^item_ids must be an integer tensor"),
+    (
+        "min_logit without tau_plus or beta changes nothing",
+        lambda: L.hard_negative_softmax_loss(Q, positives(), min_logit=-1.0),
+        r"^min_logit needs tau_plus > 0 or beta > 0",
+    ),
+    ("correct_logits with a NaN log Q", lambda: L.correct_logits(LOGITS, _with(LOGITS[0], 1, float("nan"))),
+     r"^log_q must be finite"),
+    ("correct_logits with an inf log Q", lambda: L.correct_logits(LOGITS, _with(LOGITS[0], 1, float("inf"))),
+     r"^log_q must be finite"),
+    (
+        "corrected_logq_weights with a -inf log Q",
+        lambda: L.corrected_logq_weights(LOGITS, 0, positive_log_q=_with(LOGQ, 0, float("-inf"))),
+        r"^positive_log_q must be finite",
+    ),
+    ("HardNegativeMiner.mine with a known of another catalogue", _miner_with_another_catalogue,
+     r"^known must be built for the catalogue of 10 items"),
+    ("pairwise_cosine_similarity(eps=-1)", lambda: L.pairwise_cosine_similarity(Q, eps=-1.0),
+     r"^eps must be > 0"),
+    (
+        "a 2.0-style tuple draw to positives_of",
+        lambda: CandidateSet.positives_of(IDS, TABLE, draw=(DRAW.ids, DRAW.log_q, DRAW.positive_log_q)),
+        r"^draw must be a CandidateDraw .*tuple draw .* is one CandidateDraw now",
+    ),
+    (
+        "a 2.0-style tuple to a sampled loss",
+        lambda: L.sampled_softmax_loss(Q, (TABLE, IDS), CandidateSet.from_draw(DRAW, TABLE)),
+        r"^positives must be a CandidateSet, got tuple \(2\.0's tensors and tuples are gone",
+    ),
+    ("generator=0 in sampled_ranks", lambda: M.sampled_ranks(UE, TABLE, USERS, IDS, num_negatives=3, generator=0),
+     r"^generator must be a torch\.Generator"),
+    (
+        "generator=0 in sample_unseen_negatives",
+        lambda: M.sample_unseen_negatives(USERS, IDS, num_users=3, num_items=V, num_negatives=3, generator=0),
+        r"^generator must be a torch\.Generator",
+    ),
+    ("generator=0 in mine", lambda: miner().mine(Q, num_negatives=2, sampling="random", generator=0),
+     r"^generator must be a torch\.Generator"),
+    ("CandidateSet.select with a bad index", lambda: positives().select(torch.tensor([7])),
+     r"^columns \(of a set of 4 columns\) must lie in \[0, 4\)"),
+    (
+        "float positive_ids in a sampled loss",
+        lambda: L.SampledSoftmaxLoss(SAMPLER, 3)(Q, TABLE, IDS.float()),
+        r"^positive_ids must be an integer tensor",
+    ),
+    (
+        "negative positive_ids in a sampled loss",
+        lambda: L.SampledSoftmaxLoss(SAMPLER, 3)(Q, TABLE, _with(IDS, 0, -3)),
+        r"^positive_ids must lie in \[0, 10\)",
+    ),
+    (
+        "float positive_ids to positives_of",
+        lambda: CandidateSet.positives_of(IDS.float(), TABLE),
+        r"^positive_ids must be an integer tensor",
+    ),
+    (
+        "an item encoder returning d + 1 columns",
+        lambda: L.RetrievalLoss(sampler=SAMPLER, num_samples=2)(
+            Q, KEYS, IDS, item_encoder=lambda i: torch.zeros(len(i), D + 1)
+        ),
+        r"^item_encoder must return embeddings of size d = 3",
+    ),
+    ("SASRec(dropout='x')", lambda: MD.SASRec(V, dropout="x"), r"^dropout must be a number"),
+    ("KnownPairs.fill_(value='x')", lambda: known().fill_(torch.zeros(1, V), USERS[:1], value="x"),
+     r"^value must be a number"),
+]
+
+
+@pytest.mark.parametrize(
+    "call, pattern", [(c, p) for _, c, p in ISSUE_EXAMPLES], ids=[w for w, _, _ in ISSUE_EXAMPLES]
+)
+def test_an_example_of_issue_41_fails_fast_and_names_its_argument(call, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        call()
+
+
+def test_sasrec_takes_right_padding_as_left_padding():
+    """``pad_sequence``'s right padding gave an all-zero query; now the same state as the
+    left-padded history, and a -1 inside a row is an error."""
+    model = MD.SASRec(V, 8, max_len=4).eval()
+    right, left = torch.tensor([[3, 4, -1, -1]]), torch.tensor([[-1, -1, 3, 4]])
+    state = model.user_states(right)
+    assert float(state.norm()) > 0
+    torch.testing.assert_close(state, model.user_states(left))
+    torch.testing.assert_close(model(right)[:, :2], model(left)[:, 2:])
+    assert float(model(right)[:, 2:].abs().max()) == 0.0  # padded columns stay zero
+    with pytest.raises(ValueError, match="padding inside row 0"):
+        model.user_states(torch.tensor([[3, -1, 4, -1]]))
+
+
+@pytest.mark.parametrize("method", ["vocab", "rows"])
+def test_chunked_loss_of_all_zero_weights_is_zero_as_every_loss(method):
+    zero = torch.zeros(B)
+    loss = L.chunked_softmax_cross_entropy(Q, TABLE, IDS, sample_weight=zero, method=method)
+    assert float(loss) == 0.0
+    assert float(L.in_batch_softmax_loss(Q, positives(), sample_weight=zero)) == 0.0
+    # every row ignored stays NaN, as F.cross_entropy
+    ignored = torch.full((B,), -100)
+    assert math.isnan(float(L.chunked_softmax_cross_entropy(Q, TABLE, ignored, method=method)))
+
+
+# ============================================================================ docstrings
+
+#: Options that change memory, speed or an error message, never a result: their defaults
+#: need not be stated (``name`` is what an error calls an argument; a few callables'
+#: result-changing ``name`` are checked by hand below).
+NOT_RESULTS = {
+    "chunk_size", "block_size", "sparse", "inplace", "progress", "description", "name",
+    "num_threads", "dense_limit", "timeout_s", "threads_per_rank", "max_repeats", "warmup",
+    "min_seconds", "repeats", "set_to_none", "device",
+}
+
+#: Peer-compatible options: a callable taking one names the peer whose behaviour it
+#: reproduces (one of the spellings) in its docstring.
+PEERS = {
+    "repeated_hits": ("TensorFlow", "TF's", "TF "),
+    "variant": ("pytorch-metric-learning",),
+    "num_hard_negatives": ("TF Recommenders", "TFRS"),
+    "initial_accumulator_value": ("Keras",),
+    "margin_strategy": ("GISTEmbed", "sentence-transformers"),
+    "relative_margin": ("NV-Retriever",),
+    "symmetric": ("CLIP",),
+    "max_scale": ("CLIP",),
+    "distortion": ("word2vec",),
+}
+
+
+def _doc(obj) -> str:
+    doc = inspect.getdoc(obj) or ""
+    if inspect.isclass(obj):
+        doc += "\n" + (inspect.getdoc(obj.__init__) or "")
+    return doc
+
+
+def _parameters(obj):
+    try:
+        return inspect.signature(obj.__init__ if inspect.isclass(obj) else obj).parameters
+    except (TypeError, ValueError):
+        return {}
+
+
+def _states_default(doc: str, name: str, default) -> bool:
+    """``name`` is mentioned, and within its sentence's reach the default value or the word
+    "default"."""
+    spellings = {repr(default), str(default)}
+    if isinstance(default, str):
+        spellings |= {f'"{default}"', f"'{default}'"}
+    if isinstance(default, float) and math.isfinite(default):
+        spellings.add(f"{default:g}")
+    if isinstance(default, float) and math.isinf(default):
+        spellings.add("-inf" if default < 0 else "inf")
+    for match in re.finditer(re.escape(name), doc):
+        window = doc[match.start() : match.start() + 250]
+        if "default" in window or any(s in window for s in spellings):
+            return True
+    return False
+
+
+def test_docstrings_state_every_default_that_changes_a_result():
+    missing = []
+    for key, obj in public_callables().items():
+        doc = _doc(obj)
+        for name, p in _parameters(obj).items():
+            if p.default in (inspect.Parameter.empty, None) or name.startswith("_"):
+                continue
+            if name in NOT_RESULTS or name in ("self", "cls"):
+                continue
+            if not _states_default(doc, name, p.default):
+                missing.append(f"{key}: {name}={p.default!r}")
+    assert not missing, "defaults no docstring states:\n  " + "\n  ".join(missing)
+    assert _states_default(_doc(TR.make_optimizer), "name", "adagrad")
+
+
+def test_peer_compatible_options_name_their_peer():
+    missing = []
+    for key, obj in public_callables().items():
+        doc = _doc(obj)
+        for name in _parameters(obj):
+            if name in PEERS and not any(peer in doc for peer in PEERS[name]):
+                missing.append(f"{key}: {name} (names none of {PEERS[name]})")
+    assert not missing, "\n  ".join(missing)
+
+
+def test_the_package_ships_its_type_hints():
+    """PEP 561: without ``py.typed`` a user's type checker ignores the package's hints; the
+    wheel carries it through ``[tool.setuptools.package-data]``."""
+    from pathlib import Path
+
+    package = Path(candidate_sampling.__file__).parent
+    assert (package / "py.typed").is_file()
+    pyproject = (package.parents[1] / "pyproject.toml").read_text()
+    assert 'candidate_sampling = ["py.typed"]' in pyproject

@@ -79,6 +79,7 @@ def book_seed(seed: int = 0) -> int:
     With the variable unset this is ``seed`` itself. Chapters wrap every literal seed in it
     (``torch.manual_seed(book_seed(3))``), so one environment variable changes every random
     stream of the book at once.
+    Defaults: ``seed=0``.
     """
     return check_seed(seed) + SEED_STRIDE * seed_offset()
 

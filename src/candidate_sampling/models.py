@@ -75,6 +75,7 @@ class ItemTower(nn.Module):
     ``(m·H, d)`` table (hash function ``k`` owns rows ``[k·H, (k+1)·H)``) and
     ``v(y) = Σ_k E[k·H + h_k(y)]`` — computed by ``nn.EmbeddingBag(mode="sum")``. Two items
     share a vector only if they collide under every hash function.
+    Defaults: ``init_scale=0.05``, ``seed=0``.
     """
 
     def __init__(
@@ -170,6 +171,7 @@ class UserTower(nn.Module):
     enables the history bag (``None`` disables it). ``history`` is a ``(B, L)`` tensor of
     item ids padded with ``-1``; padding is excluded from the mean and an empty history
     contributes the zero vector. At least one of the two parts must be enabled.
+    Defaults: ``dim=32``, ``init_scale=0.05``.
     """
 
     def __init__(
@@ -475,6 +477,8 @@ class SASRec(nn.Module):
 
     Dropout (``dropout``) on the input, attention weights, residual branches and MLP;
     item and position tables are drawn from ``N(0, init_std²)``.
+    Defaults: ``dim=64``, ``num_blocks=2``, ``num_heads=1``, ``dropout=0.2``,
+    ``init_std=0.05``.
     """
 
     def __init__(

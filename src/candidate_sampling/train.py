@@ -80,6 +80,7 @@ def make_optimizer(
     ``initial_accumulator_value=0.1`` for TF's steps (to about 5e-7 relative: Keras adds
     its epsilon 1e-7 under the square root, PyTorch 1e-10 after it). ``"sgd"``: plain SGD
     (sparse-capable). ``"adam"``: Adam, with ``SparseAdam`` for sparse embeddings.
+    Defaults: ``name="adagrad"``, ``lr=0.1``.
     """
     check_module("model", model)
     check_choice("name", name, OPTIMIZERS)
@@ -144,6 +145,7 @@ def iterate_batches(
     """Yield tuples of mini-batches of ``tensors`` (equal first dimension), in a random order.
 
     The permutation is drawn on the CPU with ``generator`` and moved to the tensors' device.
+    Defaults: ``shuffle=True``, ``drop_last=False``.
     """
     check_int_range("batch_size", batch_size, 1)
     shuffle, drop_last = check_bool("shuffle", shuffle), check_bool("drop_last", drop_last)
@@ -185,6 +187,7 @@ def train(
     without gradients) returns metrics added to the epoch's row. Columns: ``epoch``,
     ``loss`` (mean batch loss), ``seconds`` (training time of the epoch) and the metrics.
     Runs wherever the model's parameters are (CUDA, MPS or CPU).
+    Defaults: ``seed=0``, ``drop_last=False``.
     """
     import pandas as pd
     from tqdm.auto import tqdm

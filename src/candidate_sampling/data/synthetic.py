@@ -65,7 +65,8 @@ def zipf_probabilities(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Zipf law over ranks: ``p_r ∝ 1 / (r + 1)^exponent`` for r = 0 … |V|−1; shape (|V|,)."""
+    """Zipf law over ranks: ``p_r ∝ 1 / (r + 1)^exponent`` for r = 0 … |V|−1; shape (|V|,).
+    Defaults: ``dtype=torch.float32``."""
     check_int_range("num_items", num_items, 1)
     check_positive("exponent", exponent)
     check_float_dtype("dtype", dtype)
@@ -167,6 +168,7 @@ def make_softmax_problem(
     Class means μ_y ~ N(0, separation² I) in ``dim`` dimensions; features x = μ_y + N(0, I).
     Larger ``separation`` makes classes easier to tell apart. Parameters are drawn on the
     CPU from ``seed`` and moved to ``device``, so a seed gives the same problem everywhere.
+    Defaults: ``dim=16``, ``zipf_exponent=1.0``, ``separation=1.0``, ``seed=0``.
     """
     check_int_range("num_items", num_items, 2)
     check_int_range("dim", dim, 1)
@@ -197,6 +199,7 @@ def make_context_problem(
 
     ``b`` is the log of a Zipf law and W has N(0, signal²) entries, so every context prefers
     the frequent classes and ``signal`` sets how much contexts differ from one another.
+    Defaults: ``dim=16``, ``zipf_exponent=1.0``, ``signal=1.0``, ``seed=0``.
     """
     check_int_range("num_items", num_items, 2)
     check_int_range("num_contexts", num_contexts, 1)
@@ -388,6 +391,7 @@ def make_planted_retrieval(
     marginal popularity of item ``y`` stays close to ``π_y`` (item 0 the most popular).
     Parameters are drawn on the CPU from ``seed`` (the same problem on every device) and
     moved to ``device``. Returns a :class:`PlantedRetrieval`.
+    Defaults: ``dim=16``, ``zipf_exponent=1.0``, ``signal=1.5``, ``seed=0``.
     """
     check_int_range("num_users", num_users, 1)
     check_int_range("num_items", num_items, 2)

@@ -67,6 +67,7 @@ def interaction_matrix(
     ``known``: a :class:`~candidate_sampling.eval.known_pairs.KnownPairs` of the training
     pairs (repeated pairs count once); ``num_users``: U, at least ``known.num_users``
     (default: exactly that); ``dtype``: a floating dtype. On the table's device.
+    Defaults: ``dtype=torch.float32``.
     """
     check_known(known)
     if num_users is None:

@@ -208,6 +208,7 @@ class KnownPairs:
         (B, |V|) mask is built). Returns ``scores``. The metrics compute the positive's
         score *before* calling it, so a known positive is never removed from its own
         ranking.
+        Defaults: ``value=-inf``.
         """
         check_tensor("scores", scores, ("B", self.num_items), floating=True)
         check_tensor("user_index", user_index, (scores.shape[0],), floating=False)

@@ -353,7 +353,8 @@ def top_k_items(
 def metrics_from_ranks(
     ranks: torch.Tensor, user_index: torch.Tensor, *, ks: Sequence[int] = (10, 50, 100)
 ) -> dict[str, float]:
-    """``hit_rate@K``, ``recall@K`` (per-user average) and ``ndcg@K`` from 0-based ranks."""
+    """``hit_rate@K``, ``recall@K`` (per-user average) and ``ndcg@K`` from 0-based ranks.
+    Defaults: ``ks=(10, 50, 100)``."""
     check_parallel("number of interactions n", ranks=ranks, user_index=user_index)
     _check_ranks(ranks, ks)
     return _metrics_from_ranks(ranks, user_index, ks)
@@ -409,6 +410,7 @@ def retrieval_metrics(
     """Exact full-catalogue ``hit_rate@K``, ``recall@K`` and ``ndcg@K`` for every ``K`` in ``ks``.
 
     Shapes as in :func:`positive_ranks`. Chapter 5.
+    Defaults: ``ks=(10, 50, 100)``.
     """
     _check_ks(ks)
     ranks = positive_ranks(
@@ -444,6 +446,7 @@ def sample_unseen_negatives(
     score matrix, chapter 9) on the same negatives. ``generator`` lives on
     ``user_index``'s device. Raises ``ValueError`` when a row has fewer than m allowed
     items (always checked: the rounds of redraws would never end).
+    Defaults: ``num_negatives=100``.
     """
     check_int_range("num_users", num_users, 1)
     check_int_range("num_items", num_items, 1)
@@ -510,6 +513,7 @@ def sampled_ranks(
     metrics (chapter 9). Shapes as in :func:`positive_ranks`; ``generator`` lives on the
     item embeddings' device. Drawing is vectorised (:func:`sample_unseen_negatives`).
     Returns (n,) int64.
+    Defaults: ``num_negatives=100``.
     """
     num_users, num_items = _check_embeddings_and_pairs(
         user_embeddings, item_embeddings, user_index, positive_ids, known
@@ -543,6 +547,7 @@ def sampled_metrics(
     ``num_negatives`` uniformly sampled unseen items instead of the whole catalogue
     (Krichene & Rendle 2020; chapter 9). With 100 negatives, ``hit_rate@10`` asks whether
     the positive beats all but at most 9 of 100 random items.
+    Defaults: ``ks=(10,)``.
     """
     _check_ks(ks)
     ranks = sampled_ranks(
@@ -607,6 +612,7 @@ def stratified_metrics(
     fraction), and :func:`metrics_from_ranks` of those pairs (NaN for an empty stratum).
     The strata partition the test set, so ``Σ_g share_g · hit_rate_g`` is the overall
     ``hit_rate`` (likewise ``ndcg``; ``recall`` is a per-user average and does not add up).
+    Defaults: ``ks=(10, 100)``.
     """
     num_strata = _check_strata(item_strata)
     check_pairs(
@@ -667,6 +673,7 @@ def user_bootstrap(
     NaN in ``values`` gives NaN (never dropped); a resample that holds no pair (``num_users``
     far above the users that have pairs) raises instead of giving 0 / 0. Chapters 5, 9
     and 10.
+    Defaults: ``num_resamples=2000``.
     """
     if not isinstance(values, torch.Tensor) or values.dim() not in (1, 2):
         got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
@@ -720,6 +727,7 @@ def user_bootstrap_interval(
     draws this summarises. Returns ``(mean, low, high)`` with ``low`` / ``high`` the
     ``(1 ∓ confidence) / 2`` quantiles of the draws. A NaN in ``values`` gives NaN (never
     dropped). Chapters 5, 9 and 10.
+    Defaults: ``num_resamples=2000``, ``confidence=0.95``.
     """
     check_tensor("values", values, ("n",), floating=True)
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (

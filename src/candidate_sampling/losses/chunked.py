@@ -77,6 +77,7 @@ def default_chunk_size(num_rows: int, num_classes: int, method: str = "vocab") -
     (a block of about 2**21 logits, 8 MiB in float32); ``"rows"``: rows per block,
     ``2**21 // num_classes`` clamped to [64, num_rows]. ``num_rows``, ``num_classes``:
     ints >= 0 (0 rows: a block of one).
+    Defaults: ``method="vocab"``.
     """
     check_int_range("num_rows", num_rows, 0)
     check_int_range("num_classes", num_classes, 1)
@@ -100,6 +101,7 @@ def resolve_method(
     when the reduction is ``"mean"`` or ``"sum"``, the class table is not half precision
     (the row form would hold a float32 copy of it) and its (rows, |V|) block stays under
     2**24 logits; ``"vocab"`` (memory flat in |V|) otherwise.
+    Defaults: ``half=False``.
     """
     half = check_bool("half", half)
     check_int_range("num_rows", num_rows, 0)
@@ -441,6 +443,7 @@ def chunked_softmax_cross_entropy(
     ``sample_weight`` (not per-class ``weight``), ignored rows removed before the
     matmuls, and the vocabulary-chunked form (memory independent of |V|). Double
     backward is not supported.
+    Defaults: ``reduction="mean"``.
     """
     _check_inputs(query, classes, positive_ids, class_bias, sample_weight, ignore_index)
     check_reduction(reduction)

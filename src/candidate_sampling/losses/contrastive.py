@@ -7,8 +7,9 @@
   positive (its twin) against the other 2N − 2 views; the self-pair is masked out.
 * :func:`nt_bxent_loss` — the binary (logistic) variant with explicit positive pairs,
   computed in log space (``softplus``), self-pairs removed by zero weights.
-* :func:`supcon_loss` — supervised contrastive (Khosla et al. 2020), ``variant="out"`` or
-  ``"in"`` (the average over positives outside or inside the log).
+* :func:`supcon_loss` — supervised contrastive (Khosla et al. 2020), ``variant="out"``
+  (the default) or ``"in"`` (the average over positives outside or inside the log), or
+  ``"pairwise"`` (pytorch-metric-learning's per-pair form).
 * :func:`soft_nearest_neighbor_loss` — Frosst, Papernot & Hinton (2019), with squared
   Euclidean or cosine distance, in log-sum-exp form; :class:`SoftNearestNeighborLoss` can
   learn its temperature.
@@ -185,6 +186,7 @@ def info_nce_loss(
     it with the key → query direction (the columns), as in CLIP. Returns the ``reduction``
     ("mean" over rows) of the (B,) losses. With the optimal critic,
     I(x; c) ≥ log B − E[loss] (chapter 6).
+    Defaults: ``temperature=1.0``, ``symmetric=False``, ``normalize=False``.
     """
     query, key = _check_pair("B", query=query, key=key)
     check_reduction(reduction)
@@ -218,6 +220,7 @@ def nt_xent_loss(
 
     Returns the ``reduction`` of the (2N,) per-view losses ("mean" averages over all 2N
     views, as SimCLR). If all 2N embeddings are identical, every ℓ_i = log(2N − 1).
+    Defaults: ``temperature=0.5``.
     """
     view1, view2 = _check_pair("N", view1=view1, view2=view2)
     check_reduction(reduction)
@@ -253,6 +256,7 @@ def nt_bxent_loss(
     pairs, per row, as in the source post — but in log space (``softplus(−z) = −log σ(z)``)
     so nothing saturates at small τ. An empty P(i) or N(i) contributes 0. Returns the
     ``reduction`` of the (n,) row losses.
+    Defaults: ``temperature=0.5``, ``reduction="mean"``.
     """
     _check_embeddings("embeddings", embeddings)
     check_tensor("positive_pairs", positive_pairs, ("P", 2), floating=False)
@@ -285,7 +289,7 @@ def supcon_loss(
     sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Supervised contrastive loss (Khosla et al. 2020), ``variant`` "out" or "in".
+    """Supervised contrastive loss (Khosla et al. 2020), ``variant`` "out", "in" or "pairwise".
 
     ``embeddings``: (n, d) — all views of the batch stacked; ``labels``: (n,) integer class
     ids (views of the same example share a label). With cosine logits ``z_ia = S_ia / τ``,
@@ -294,12 +298,17 @@ def supcon_loss(
         L_out,i = −(1/|P(i)|) Σ_{p∈P(i)} log p_ip              (average outside the log)
         L_in,i  = −log( (1/|P(i)|) Σ_{p∈P(i)} p_ip )           (average inside the log)
 
-    L_in ≤ L_out by Jensen. Rows with an empty P(i) get 0 in ``"none"`` and are left out of
+    ``variant="out"`` is the default (Khosla et al.'s recommended form); ``"pairwise"`` is
+    pytorch-metric-learning's ``NTXentLoss`` with several positives: each positive ``p``
+    against the anchor's negatives only, ``−log(e^{z_ip} / (e^{z_ip} + Σ_{n∉P(i)} e^{z_in}))``
+    averaged over the row's positives (:func:`~candidate_sampling.losses.hard_negatives.multi_positive_cross_entropy`).
+    L_in ≤ L_out by Jensen, and L_pairwise ≤ L_out. Rows with an empty P(i) get 0 in ``"none"`` and are left out of
     ``"mean"`` (the mean over rows with a positive; 0 with a zero gradient if none has one).
     With two views and ``labels = arange(N).repeat(2)`` both variants equal NT-Xent.
     "out" is pytorch-metric-learning's ``SupConLoss`` (its default reducer averages over
     the rows with a positive too), except that PML returns 0 for the whole batch when no
     pair in it is negative (one label for all); here each row keeps Khosla et al.'s L_out.
+    Defaults: ``temperature=0.1``, ``reduction="mean"``.
     """
     eye, pos = _same_label_pairs(embeddings, labels)
     check_choice("variant", variant, _SUPCON_VARIANTS)
@@ -334,6 +343,7 @@ def soft_nearest_neighbor_loss(
     :class:`~candidate_sampling.losses.core.Temperature`. A row with no other point of its class has no loss
     (the source's ratio gives log 0): it gets 0 in ``"none"`` and is left out of
     ``"mean"``, as in :func:`supcon_loss`.
+    Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """
     eye, same = _same_label_pairs(embeddings, labels)
     check_choice("distance", distance, _DISTANCES)
@@ -410,7 +420,10 @@ def uniformity_loss(
 
 
 class InfoNCELoss(_Loss):
-    """Module form of :func:`info_nce_loss`: ``forward(query, key, *, sample_weight=None)``."""
+    """Module form of :func:`info_nce_loss`: ``forward(query, key, *, sample_weight=None)``.
+    Defaults: ``temperature=1.0``, ``symmetric=False``, ``normalize=False``,
+    ``reduction="mean"``.
+    ``symmetric=True`` averages both directions, as CLIP's loss."""
 
     _options = ("temperature", "symmetric", "normalize", "reduction")
     _fn = staticmethod(info_nce_loss)
@@ -429,7 +442,8 @@ class InfoNCELoss(_Loss):
 
 
 class NTXentLoss(_Loss):
-    """Module form of :func:`nt_xent_loss`: ``forward(view1, view2, *, sample_weight=None)``."""
+    """Module form of :func:`nt_xent_loss`: ``forward(view1, view2, *, sample_weight=None)``.
+    Defaults: ``temperature=0.5``, ``reduction="mean"``."""
 
     _fn = staticmethod(nt_xent_loss)
 
@@ -441,14 +455,16 @@ class NTXentLoss(_Loss):
 
 class NTBXentLoss(NTXentLoss):
     """Module form of :func:`nt_bxent_loss`: ``forward(embeddings, positive_pairs, *,
-    sample_weight=None)``."""
+    sample_weight=None)``.
+    Defaults: ``temperature=0.5``, ``reduction="mean"``."""
 
     _fn = staticmethod(nt_bxent_loss)
 
 
 class SupConLoss(_Loss):
     """Module form of :func:`supcon_loss`: ``forward(embeddings, labels, *,
-    sample_weight=None)``."""
+    sample_weight=None)``. Defaults: ``temperature=0.1``, ``variant="out"`` (Khosla et
+    al.; ``"pairwise"`` is pytorch-metric-learning's form), ``reduction="mean"``."""
 
     _options = ("temperature", "variant", "reduction")
     _fn = staticmethod(supcon_loss)
@@ -470,6 +486,7 @@ class SoftNearestNeighborLoss(_Loss):
     ``temperature``: a float or a :class:`~candidate_sampling.losses.core.Temperature`
     (``Temperature(1.0, learnable=True)`` learns T; its parameter is the module's).
     ``forward(embeddings, labels, *, sample_weight=None)``.
+    Defaults: ``distance="squared_euclidean"``, ``reduction="mean"``.
     """
 
     _options = ("temperature", "distance", "reduction")

@@ -222,6 +222,7 @@ class Temperature(nn.Module):
     from above (CLIP uses 100). ``Temperature.from_scale(10.0, learnable=True)``
     starts from the scale ``1/τ`` instead (SigLIP's parameterisation): its errors name
     ``scale``. :func:`apply_temperature` divides scores by it. Chapters 6–7.
+    Defaults: ``learnable=False``.
     """
 
     def __init__(
@@ -251,7 +252,9 @@ class Temperature(nn.Module):
     def from_scale(
         cls, scale: float, *, learnable: bool = False, max_scale: float | None = None
     ) -> Temperature:
-        """A temperature given by its scale ``1/τ`` (SigLIP's ``exp(t')``)."""
+        """A temperature given by its scale ``1/τ`` (SigLIP's ``exp(t')``).
+        Defaults: ``learnable=False``.
+        ``max_scale`` clamps ``1/τ`` as CLIP's ``logit_scale`` (100 there)."""
         scale = float(check_positive("scale", scale))
         _check_scale_range("scale", 1.0 / scale if scale else math.inf, shown=scale)
         return cls(1.0 / scale, learnable=learnable, max_scale=max_scale, _name="scale")
@@ -513,6 +516,9 @@ def hits_to_remove(
 
     ``positive_ids``: (B,) or (B, T); ``columns``: the CandidateSet whose ids are compared;
     ``positive_columns``, ``repeated_hits``: as :func:`accidental_hits`. Chapters 4–5.
+    Defaults: ``repeated_hits="mask_all"``.
+    ``repeated_hits="tensorflow"`` removes only the last copy of a repeated id, as
+    TensorFlow's ``compute_accidental_hits``.
     """
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     logistic = check_bool("logistic", logistic)

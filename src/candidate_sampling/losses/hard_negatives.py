@@ -49,8 +49,9 @@ treated as masked.
 **Several positives per query**
 
 * :func:`multi_positive_cross_entropy` — multi-positive InfoNCE with the average over
-  positives outside (``"out"``) or inside (``"in"``) the log; with cosine logits over all
-  other views it is SupCon's ``L_out`` / ``L_in`` (chapter 6).
+  positives outside (``"out"``, the default) or inside (``"in"``) the log, or per pair
+  (``"pairwise"``, pytorch-metric-learning's NT-Xent); with cosine logits over all other
+  views it is SupCon's ``L_out`` / ``L_in`` (chapter 6).
 
 :func:`hard_negative_softmax_loss` composes all of them on the in-batch candidate
 contract of chapter 5 (``candidates = cat([positives, extras])``, ``candidate_ids``,
@@ -276,6 +277,7 @@ def guide_false_negative_mask(
     ``GISTEmbedLoss`` (Solatorio 2024); note that the relative rule only makes sense for
     a positive guide score. Pass the result to :func:`mask_logits` or as
     ``false_negative_mask``.
+    Defaults: ``margin_strategy="absolute"``.
     """
     check_tensor("guide_scores", guide_scores, ("B", "C"), floating=True)
     check_choice("margin_strategy", margin_strategy, MARGIN_STRATEGIES)
@@ -337,6 +339,7 @@ def dclw_positive_weights(positive_scores: torch.Tensor, *, sigma: float = 0.5) 
     close (large ``s_ii``) get less weight. Gradients flow through the weights, as in
     raminnakhli/Decoupled-Contrastive-Learning; lightly's ``DCLWLoss`` computes them from
     detached embeddings (same value; pass ``positive_scores.detach()`` for its gradient).
+    Defaults: ``sigma=0.5``.
     """
     check_tensor("positive_scores", positive_scores, ("B",), floating=True)
     check_positive("sigma", sigma)
@@ -416,6 +419,7 @@ def debiased_cross_entropy(
     authors' code (chingyaoc/DCL ``debiased``, joshr17/HCL ``estimator='hard'``; gradients
     flow through the weights there and here), written in log space. Rows with no unmasked
     negative get 0; a NaN logit gives a NaN row (never the floor).
+    Defaults: ``beta=0.0``.
     """
     work = _check_logits(logits)
     cols = _as_columns(positive_columns, work)
@@ -469,8 +473,9 @@ def multi_positive_cross_entropy(
     positive competes with the anchor's negatives only, not with the other positives
     (PML then averages over all pairs of the batch; here over a row's pairs, then over
     rows — the same when every row has as many positives). ``L_in ≤ L_out`` (Jensen) and
-    ``L_pairwise ≤ L_out``. Rows without a positive get 0 (pass
-    ``valid=positive_mask.any(1)`` to :func:`reduce_loss`). Masked columns are never
+    ``L_pairwise ≤ L_out``. ``variant`` defaults to ``"out"`` (SupCon's recommended
+    form). Rows without a positive get 0 (pass ``valid=positive_mask.any(1)`` to
+    :func:`reduce_loss`). Masked columns are never
     positives; a NaN logit gives a NaN row.
     """
     work = _check_logits(logits)
@@ -512,10 +517,11 @@ def multi_positive_softmax_loss(
     ``positive_mask``: (B, C) bool, row ``i``'s positives; ``removed``: (B, C) bool columns
     to remove (e.g. the query itself when queries are among the candidates), besides the
     set's invalid columns. Logits ``(u·v + b)/τ − log Q`` (steps 1–4); per-row loss
-    :func:`multi_positive_cross_entropy` with ``variant`` "out", "in" (SupCon) or
-    "pairwise" (pytorch-metric-learning's NT-Xent); rows without a positive are left out
-    of ``"mean"``. Chapter 8 (SupCon of chapter 6 is the case ``candidates = query`` with
+    :func:`multi_positive_cross_entropy` with ``variant`` "out" (the default), "in"
+    (SupCon) or "pairwise" (pytorch-metric-learning's NT-Xent); rows without a positive
+    are left out of ``"mean"``. Chapter 8 (SupCon of chapter 6 is the case ``candidates = query`` with
     cosine scores and the diagonal removed).
+    Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """
     check_temperature(temperature)
     check_choice("variant", variant, MULTI_POSITIVE_VARIANTS)
@@ -610,6 +616,7 @@ def hard_negative_softmax_loss(
     6. the reduction over rows, weighted by ``sample_weight`` (rows left without a
        negative are dropped from the mean in the decoupled modes). Every option is checked
        here, once, and an error names it. Chapter 8.
+    Defaults: ``temperature=1.0``.
     """
     _check_options(
         hardness_alpha, positive_in_denominator, dclw_sigma, tau_plus, beta, min_logit,
@@ -666,7 +673,12 @@ def hard_negative_softmax_loss(
 
 
 class HardNegativeSoftmaxLoss(_Loss):
-    """Module form of :func:`hard_negative_softmax_loss`: options fixed at construction."""
+    """Module form of :func:`hard_negative_softmax_loss`: options fixed at construction.
+    Defaults: ``temperature=1.0``, ``hardness_alpha=0.0``,
+    ``positive_in_denominator="keep"``, ``tau_plus=0.0``, ``beta=0.0``,
+    ``reduction="mean"``.
+    ``num_hard_negatives`` is TF Recommenders' option of that name
+    (:func:`hard_negative_mining`)."""
 
     _options = (
         "temperature",

@@ -49,6 +49,7 @@ def softmax_cross_entropy(
     in at least float32. ``sample_weight``: (B,) per-row weights
     (:func:`~candidate_sampling.losses.core.reduce_loss`). Reduction ``"mean"`` over rows
     (default), ``"sum"`` or ``"none"``.
+    Defaults: ``reduction="mean"``.
     """
     check_tensor("logits", logits, ("B", "|V|"), floating=True)
     check_tensor("positive_ids", positive_ids, ("B",), floating=False)

@@ -144,6 +144,9 @@ def in_batch_logits(
     ``removed`` (B, B + C) bool, True = remove, e.g. known positives) hold the finite
     :func:`~candidate_sampling.losses.core.mask_value`. A row's own positive column is
     never removed. Chapters 5–8.
+    Defaults: ``temperature=1.0``, ``repeated_hits="mask_all"``.
+    ``repeated_hits="tensorflow"`` removes only the last copy of a repeated id, as
+    TensorFlow's ``compute_accidental_hits``.
     """
     check_temperature(temperature)
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
@@ -184,6 +187,7 @@ def in_batch_softmax_loss(
     False none (``repeated_hits`` as in
     :func:`~candidate_sampling.losses.core.accidental_hits`). ``sample_weight``: (B,).
     Reduction over rows: ``"mean"`` (default), ``"sum"`` (TFRS) or ``"none"``. Chapter 5.
+    Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """
     logits = in_batch_logits(
         query,
@@ -224,6 +228,7 @@ class RetrievalLoss(_Loss):
     item_encoder=None, sample_weight=None, generator=None)`` → the loss of
     :func:`in_batch_softmax_loss` with the CandidateSets it builds; ``positive_ids`` are
     ``>= 0``, and ``< |V|`` with ``item_probabilities`` (value checks).
+    Defaults: ``temperature=1.0``, ``num_samples=0``, ``reduction="mean"``.
     """
 
     _options = (

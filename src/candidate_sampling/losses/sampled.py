@@ -116,6 +116,9 @@ def candidate_logits(
     :func:`~candidate_sampling.losses.core.accidental_hits`. A row's positive cannot be
     removed: a ``positives.mask`` with a False entry is an error (a value check; drop the
     row or give it ``sample_weight`` 0 instead). Chapters 3–4.
+    Defaults: ``temperature=1.0``, ``repeated_hits="mask_all"``.
+    ``repeated_hits="tensorflow"`` removes only the last copy of a repeated id, as
+    TensorFlow's ``compute_accidental_hits``.
     """
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     return _candidate_logits(
@@ -209,6 +212,7 @@ def sampled_softmax_loss(
     mean over rows (Keras semantics, :func:`~candidate_sampling.losses.core.reduce_loss`;
     TF returns the per-row vector, ``reduction="none"``). TF table: positives
     T, negatives S − T, input F − log Q, softmax; F learns ``log P(y | x) + K(x)``.
+    Defaults: ``temperature=1.0``, ``repeated_hits="mask_all"``.
     """
     pos, neg = candidate_logits(
         query,
@@ -304,6 +308,7 @@ def sampled_softmax_from_scores(
     shaped like ``positive_scores``; ``negative_log_q``: (k,) or (B, k); ``mask``: (B, k)
     bool, **True = remove** (accidental hits); ``sample_weight``: (B,). None = no
     correction / no mask. A constant added to every log Q leaves the loss unchanged.
+    Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """
     pos, neg = scores_to_logits(
         positive_scores,

@@ -192,6 +192,7 @@ def sigmoid_pairwise_loss(
     of a set are dropped either way. Reduction over rows of the per-row sums, weighted by ``sample_weight``:
     ``"mean"`` (default; SigLIP's sum over pairs divided by the batch size), ``"sum"`` or
     ``"none"``. Chapter 7.
+    Defaults: ``temperature=1.0``, ``bias=0.0``, ``reduction="mean"``.
     """
     check_reduction(reduction)
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
@@ -219,6 +220,7 @@ class SigmoidPairwiseLoss(nn.Module):
     ``learnable=True`` (the default), a buffer otherwise. ``forward(query, positives,
     candidates=None, *, sample_weight=None)`` is :func:`sigmoid_pairwise_loss`
     (``remove_accidental_hits`` as there: None keeps hits). Chapter 7.
+    Defaults: ``reduction="mean"``.
     """
 
     def __init__(

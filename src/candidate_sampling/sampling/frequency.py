@@ -269,6 +269,7 @@ class StreamingFrequencyEstimator:
     memory is ``2 · num_hashes · H`` numbers); ``seed``: draws the hash functions.
     With ``num_hashes=1`` and ``num_buckets >= num_items`` use ``hash_ids=False`` to index
     by id directly (no collisions). Chapter 5.
+    Defaults: ``learning_rate=0.01``, ``hash_ids=True``, ``seed=0``.
     """
 
     def __init__(

@@ -295,6 +295,9 @@ def gathered_softmax_loss(
     equals the single-process step on the concatenated batch. With unequal ``B_r`` the
     average of per-rank means is not the global mean: use ``reduction="sum"`` divided by
     ``N``, and sum (not average) over ranks. Chapter 7.
+    Defaults: ``temperature=1.0``, ``repeated_hits="mask_all"``, ``reduction="mean"``.
+    ``repeated_hits="tensorflow"`` removes only the last copy of a repeated id, as
+    TensorFlow's ``compute_accidental_hits``.
     """
     # checked before the collective: a bad option fails fast, on every rank
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
@@ -399,6 +402,7 @@ def ring_sigmoid_loss(
     the same ``B``. With ``"mean"`` and DDP's gradient averaging, a step equals
     :func:`~candidate_sampling.losses.sigmoid_pairwise_loss` on the concatenated batch.
     Chapter 7.
+    Defaults: ``temperature=1.0``, ``bias=0.0``, ``reduction="mean"``.
     """
     check_reduction(reduction)
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)

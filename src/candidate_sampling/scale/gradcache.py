@@ -250,6 +250,7 @@ def checkpointed_in_batch_softmax_loss(
     column's source, the batch's copies kept); removed ids are masked in every copy
     (``repeated_hits="mask_all"``; TensorFlow's last-copy rule depends on the column order). Gradients equal the one-pass loss's to
     rounding. Chapter 7.
+    Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """
     check_int_range("block_size", block_size, 1)
     check_reduction(reduction)

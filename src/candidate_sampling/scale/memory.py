@@ -71,10 +71,15 @@ class CrossBatchMemory:
     (a value check). Chapter 7.
 
     pytorch-metric-learning's ``CrossBatchMemory(loss, M)`` holds the last M rows, the
-    current batch's among them, and scores each row against all of them but its own slot:
-    this queue with ``size = M − B``, the batch first, then the queue. One difference: PML's
-    memory, the batch's copy included, passes no gradient to the batch columns; here they
-    carry one (detach the positives passed to :meth:`candidates_for` for PML's gradient).
+    current batch's among them, and scores each row against all of them but its own slot.
+    For a fixed batch size ``B < M`` that is this queue with ``size = M − B`` (the batch
+    first, then the queue), exactly. It is not in general: when batch sizes vary, PML's
+    past rows number ``M − B_t`` (a queue of ``size = M − B`` holds ``M − B`` past rows
+    whatever ``B_t`` is); ``B = M`` is PML's memory of the batch alone (no queue at all
+    here); ``B > M`` fails PML's assertion. One more difference: PML's memory, the batch's copy
+    included, passes no gradient to the batch columns; here they carry one (detach the
+    positives passed to :meth:`candidates_for` for PML's gradient).
+    Defaults: ``dtype=torch.float32``.
     """
 
     def __init__(

@@ -301,6 +301,7 @@ def survivors(
     docstring: rank in ``[range_min, range_max)``, score ``<= max_score``, and the
     positive-aware margins against ``positive_scores`` (B,). The scalar options are checked
     here too (cheap), so the step can be called alone. Chapter 8.
+    ``relative_margin = 0.05`` is NV-Retriever's TopK-PercPos filter.
     """
     check_tensor("scores", scores, ("B", "k"), floating=True)
     check_bool_mask("excluded", excluded, tuple(scores.shape))
@@ -681,6 +682,7 @@ class HardNegativeMiner:
         as production miners use) and rows whose window it cannot fill are padded.
         Returns :class:`MinedNegatives` on ``queries``' device. NaN queries or scores
         raise (an index turns NaN into arbitrary neighbours).
+        ``relative_margin = 0.05`` is NV-Retriever's TopK-PercPos filter.
         """
         self._check_built()
         check_tensor("queries", queries, ("B", self.dim), floating=True)
