@@ -215,9 +215,21 @@ def _check_table_and_bias(
     if isinstance(classes, torch.Tensor):
         check_ids(name, ids, classes.shape[0], "the rows of classes")
     elif class_bias is not None:  # an item encoder has no |V| of its own: class_bias sets it
-        check_ids(f"{name} (indices into class_bias of length {class_bias.shape[0]})", ids, class_bias.shape[0])
-    else:
+        check_ids(
+            f"{name} (indices into class_bias of length {class_bias.shape[0]})",
+            ids,
+            class_bias.shape[0],
+        )
+    elif not _checks_its_ids(classes):
         check_ids(name, ids, None)
+
+
+def _checks_its_ids(encoder: object) -> bool:
+    """Whether an item encoder checks its ids' range itself (an ``ItemTower`` does: the
+    set's check would read the same ids twice)."""
+    from candidate_sampling.models import ItemTower
+
+    return isinstance(encoder, ItemTower)
 
 
 def _positives_and_log_q(
