@@ -313,23 +313,19 @@ def survivors(
     if positive_scores is not None:
         check_tensor("positive_scores", positive_scores, (scores.shape[0],), floating=True)
         check_finite("positive_scores", positive_scores)  # NaN would drop every candidate
-    return _survivors(
-        scores, excluded, range_min, range_max, max_score, relative_margin, absolute_margin,
-        positive_scores,
-    )
+    rules = {
+        "max_score": max_score,
+        "relative_margin": relative_margin,
+        "absolute_margin": absolute_margin,
+        "positive_scores": positive_scores,
+    }
+    return _survivors(scores, excluded, range_min, range_max, **rules)
 
 
-def _survivors(
-    scores: torch.Tensor,
-    excluded: torch.Tensor,
-    range_min: int,
-    range_max: int,
-    max_score: float | None = None,
-    relative_margin: float | None = None,
-    absolute_margin: float | None = None,
-    positive_scores: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`survivors` of checked arguments."""
+def _survivors(scores, excluded, range_min, range_max, **rules) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`survivors` of checked arguments; ``rules``: its keyword options."""
+    max_score, positive_scores = rules.get("max_score"), rules.get("positive_scores")
+    relative_margin, absolute_margin = rules.get("relative_margin"), rules.get("absolute_margin")
     device = scores.device
     ranks = torch.cumsum((~excluded).long(), dim=1) - 1
     keep = ~excluded & (ranks >= range_min) & (ranks < range_max)
