@@ -11,8 +11,6 @@ loss without an entry here fails :func:`test_every_public_loss_has_an_entry`.
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 import torch
 

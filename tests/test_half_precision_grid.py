@@ -68,7 +68,9 @@ def _sampled(fn) -> Callable:
 def _module(cls) -> Callable:
     def call(t, tau):
         loss = cls(UniformSampler(V), 5, temperature=tau, remove_accidental_hits=False)
-        return loss(t["query"], t["table"], POSITIVE_IDS, generator=torch.Generator().manual_seed(4))
+        return loss(
+            t["query"], t["table"], POSITIVE_IDS, generator=torch.Generator().manual_seed(4)
+        )
 
     return call
 
@@ -135,9 +137,7 @@ def run(case: Callable, leaves: dict[str, torch.Tensor], tau: float):
     leaves = {k: v.detach().clone().requires_grad_(True) for k, v in leaves.items()}
     loss = case(leaves, tau)
     grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
-    grads = {
-        k: torch.zeros_like(v) if g is None else g for (k, v), g in zip(leaves.items(), grads)
-    }
+    grads = {k: torch.zeros_like(v) if g is None else g for (k, v), g in zip(leaves.items(), grads)}
     return loss.detach(), grads
 
 

@@ -57,9 +57,7 @@ def test_count_above_counts_strictly_higher_scores_ties_for_the_positive_nan_aga
         dtype=D64,
     )
     positive = torch.tensor([2.0, 0.0, 1.0], dtype=D64)
-    want = [
-        sum(1 for s in row if not s <= p) for row, p in zip(scores.tolist(), positive.tolist())
-    ]
+    want = [sum(1 for s in row if not s <= p) for row, p in zip(scores.tolist(), positive.tolist())]
     assert count_above(scores, positive).tolist() == want == [0, 2, 0]
 
 
@@ -77,7 +75,5 @@ def test_positive_ranks_match_a_loop_with_ties_and_known_items():
     want = []
     for u, p in zip(user_index.tolist(), positive_ids.tolist()):
         removed = {y for uu, y in zip([2, 2, 4], [0, 6, 1]) if uu == u and y != p}
-        want.append(
-            sum(1 for y in range(9) if y not in removed and scores[u, y] > scores[u, p])
-        )
+        want.append(sum(1 for y in range(9) if y not in removed and scores[u, y] > scores[u, p]))
     assert got.tolist() == want

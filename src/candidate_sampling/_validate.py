@@ -184,7 +184,9 @@ def check_tensor(
     return tensor
 
 
-def check_real_tensor(name: str, tensor: torch.Tensor, shape: Sequence[int | str | None]) -> torch.Tensor:
+def check_real_tensor(
+    name: str, tensor: torch.Tensor, shape: Sequence[int | str | None]
+) -> torch.Tensor:
     """A real tensor of ``shape``: integer or floating, not bool or complex (counts,
     popularity, scores that are only compared)."""
     check_tensor(name, tensor, shape, allow_empty=True)
@@ -193,7 +195,9 @@ def check_real_tensor(name: str, tensor: torch.Tensor, shape: Sequence[int | str
     return tensor
 
 
-def check_counts(name: str, counts: torch.Tensor, shape: Sequence[int | str | None] = ("V",)) -> torch.Tensor:
+def check_counts(
+    name: str, counts: torch.Tensor, shape: Sequence[int | str | None] = ("V",)
+) -> torch.Tensor:
     """Counts or weights: a real tensor of ``shape``, finite and >= 0 (a value check)."""
     check_real_tensor(name, counts, shape)
     if get_validate_args() and counts.numel():

@@ -286,7 +286,8 @@ def _with_the_other_half(cls, draw, role, ids, classes, log_q, class_bias, spars
     waiting = draw.__dict__.pop(_SHARED, None)
     if waiting is not None:
         for_role, table, bias_table, waiting_key, part = waiting
-        if for_role == role and table is classes and bias_table is class_bias and waiting_key == key:
+        same = table is classes and bias_table is class_bias and waiting_key == key
+        if for_role == role and same:
             if log_q is not None:
                 log_q = log_q.to(part.device)
             return cls._checked(part.embeddings, part.ids, log_q, None, part.bias, sources[role])
@@ -629,7 +630,9 @@ class CandidateSet:
         _check_table_and_bias(classes, class_bias, flat, name="positive_ids")
         if draw is None or positive_ids is not draw.positive_ids:
             return cls._from_checked_ids(flat, classes, log_q, None, class_bias, sparse)
-        return _with_the_other_half(cls, draw, "positives", flat, classes, log_q, class_bias, sparse)
+        return _with_the_other_half(
+            cls, draw, "positives", flat, classes, log_q, class_bias, sparse
+        )
 
     @classmethod
     def from_batch(

@@ -462,18 +462,18 @@ class SASRec(nn.Module):
     ``history``: (B, L) item ids in ``[0, num_items)``, oldest first, ``L ≤ max_len``,
     padded with -1 on one side: **left** (the padding of
     :func:`candidate_sampling.data.history_windows`) or right (``pad_sequence``'s default);
-    a right-padded row is moved to the right first, so both give the same states (padding
-    on both sides or inside a row is an error, a value check). Each item id is embedded (``E``: (|V|, d)), a learned position embedding
-    is added (position ``max_len − L + t`` for column ``t``, so the most recent item always
-    has position ``max_len − 1``), and ``num_blocks`` pre-norm Transformer blocks apply
-    **causal** self-attention: the state at column ``t`` sees columns ``≤ t`` only, and
-    never a padded column. :meth:`forward` returns the states ``h``: (B, L, d), zero at
-    padded columns. The output classes are the **tied** item embeddings: the score of
-    item ``y`` after the prefix ending at ``t`` is ``s = h_t · E_y``
-    (:meth:`item_embeddings`), so any loss of the package — the full softmax, a sampled
-    softmax, BCE with sampled negatives, gBCE — trains the same model from ``h`` and
-    ``E``. :meth:`user_states` gives the state after the whole history, (B, d): the
-    query a user is ranked with.
+    a right-padded row is moved to the right first, so both give the same states (padding on
+    both sides or inside a row is an error, a value check). Each item id is embedded (``E``:
+    (|V|, d)), a learned position embedding is added (position ``max_len − L + t`` for
+    column ``t``, so the most recent item always has position ``max_len − 1``), and
+    ``num_blocks`` pre-norm Transformer blocks apply **causal** self-attention: the state at
+    column ``t`` sees columns ``≤ t`` only, and never a padded column. :meth:`forward`
+    returns the states ``h``: (B, L, d), zero at padded columns. The output classes are the
+    **tied** item embeddings: the score of item ``y`` after the prefix ending at ``t`` is
+    ``s = h_t · E_y`` (:meth:`item_embeddings`), so any loss of the package — the full
+    softmax, a sampled softmax, BCE with sampled negatives, gBCE — trains the same model
+    from ``h`` and ``E``. :meth:`user_states` gives the state after the whole history, (B,
+    d): the query a user is ranked with.
 
     Dropout (``dropout``) on the input, attention weights, residual branches and MLP;
     item and position tables are drawn from ``N(0, init_std²)``.

@@ -47,7 +47,8 @@ class OptimizerGroup:
     def __init__(self, optimizers: Sequence[torch.optim.Optimizer]) -> None:
         if isinstance(optimizers, (str, bytes)) or not isinstance(optimizers, Sequence):
             raise ValueError(
-                f"optimizers must be a sequence of torch optimizers, got {type(optimizers).__name__}"
+                "optimizers must be a sequence of torch optimizers, got "
+                f"{type(optimizers).__name__}"
             )
         for i, opt in enumerate(optimizers):
             if not isinstance(opt, torch.optim.Optimizer):

@@ -300,14 +300,16 @@ def supcon_loss(
 
     ``variant="out"`` is the default (Khosla et al.'s recommended form); ``"pairwise"`` is
     pytorch-metric-learning's ``NTXentLoss`` with several positives: each positive ``p``
-    against the anchor's negatives only, ``−log(e^{z_ip} / (e^{z_ip} + Σ_{n∉P(i)} e^{z_in}))``
-    averaged over the row's positives (:func:`~candidate_sampling.losses.hard_negatives.multi_positive_cross_entropy`).
-    L_in ≤ L_out by Jensen, and L_pairwise ≤ L_out. Rows with an empty P(i) get 0 in ``"none"`` and are left out of
-    ``"mean"`` (the mean over rows with a positive; 0 with a zero gradient if none has one).
-    With two views and ``labels = arange(N).repeat(2)`` both variants equal NT-Xent.
-    "out" is pytorch-metric-learning's ``SupConLoss`` (its default reducer averages over
-    the rows with a positive too), except that PML returns 0 for the whole batch when no
-    pair in it is negative (one label for all); here each row keeps Khosla et al.'s L_out.
+    against the anchor's negatives only, ``−log(e^{z_ip} / (e^{z_ip} + Σ_{n∉P(i)}
+    e^{z_in}))`` averaged over the row's positives
+    (:func:`~candidate_sampling.losses.hard_negatives.multi_positive_cross_entropy`). L_in ≤
+    L_out by Jensen, and L_pairwise ≤ L_out. Rows with an empty P(i) get 0 in ``"none"`` and
+    are left out of ``"mean"`` (the mean over rows with a positive; 0 with a zero gradient
+    if none has one). With two views and ``labels = arange(N).repeat(2)`` both variants
+    equal NT-Xent. "out" is pytorch-metric-learning's ``SupConLoss`` (its default reducer
+    averages over the rows with a positive too), except that PML returns 0 for the whole
+    batch when no pair in it is negative (one label for all); here each row keeps Khosla et
+    al.'s L_out.
     Defaults: ``temperature=0.1``, ``reduction="mean"``.
     """
     eye, pos = _same_label_pairs(embeddings, labels)

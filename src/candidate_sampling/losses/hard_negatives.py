@@ -517,9 +517,9 @@ def multi_positive_softmax_loss(
     ``positive_mask``: (B, C) bool, row ``i``'s positives; ``removed``: (B, C) bool columns
     to remove (e.g. the query itself when queries are among the candidates), besides the
     set's invalid columns. Logits ``(u·v + b)/τ − log Q`` (steps 1–4); per-row loss
-    :func:`multi_positive_cross_entropy` with ``variant`` "out" (the default), "in"
-    (SupCon) or "pairwise" (pytorch-metric-learning's NT-Xent); rows without a positive
-    are left out of ``"mean"``. Chapter 8 (SupCon of chapter 6 is the case ``candidates = query`` with
+    :func:`multi_positive_cross_entropy` with ``variant`` "out" (the default), "in" (SupCon)
+    or "pairwise" (pytorch-metric-learning's NT-Xent); rows without a positive are left out
+    of ``"mean"``. Chapter 8 (SupCon of chapter 6 is the case ``candidates = query`` with
     cosine scores and the diagonal removed).
     Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """

@@ -148,7 +148,9 @@ class CandidateDraw:
             shape = tuple(
                 self.positive_log_q.shape if self.positive_ids is None else self.positive_ids.shape
             )
-            check_tensor("positive_log_q", self.positive_log_q, shape, floating=True, allow_empty=True)
+            check_tensor(
+                "positive_log_q", self.positive_log_q, shape, floating=True, allow_empty=True
+            )
             if get_validate_args() and bool(
                 (torch.isnan(self.positive_log_q) | torch.isposinf(self.positive_log_q)).any()
             ):

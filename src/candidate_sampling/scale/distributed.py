@@ -151,7 +151,9 @@ def all_gather_with_grad(
         not isinstance(sizes, (list, tuple))
         or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes)
     ):
-        raise ValueError(f"sizes must be a list of every rank's row count (ints >= 0), got {sizes!r}")
+        raise ValueError(
+            f"sizes must be a list of every rank's row count (ints >= 0), got {sizes!r}"
+        )
     _, world = rank_and_world_size(group)
     if world == 1:
         return tensor

@@ -322,7 +322,7 @@ def survivors(
     return _survivors(scores, excluded, range_min, range_max, **rules)
 
 
-def _survivors(scores, excluded, range_min, range_max, **rules) -> tuple[torch.Tensor, torch.Tensor]:
+def _survivors(scores, excluded, range_min, range_max, **rules) -> tuple:
     """:func:`survivors` of checked arguments; ``rules``: its keyword options."""
     max_score, positive_scores = rules.get("max_score"), rules.get("positive_scores")
     relative_margin, absolute_margin = rules.get("relative_margin"), rules.get("absolute_margin")
