@@ -281,7 +281,9 @@ def _with_the_other_half(cls, draw, role, ids, classes, log_q, class_bias, spars
     sources = {"positives": "fixed", "draw": "unique" if draw.unique else "replacement"}
     half = isinstance(classes, torch.Tensor) and classes.dtype in (torch.float16, torch.bfloat16)
     if not half or draw.positive_ids is None or _is_compiling():
-        return cls._from_checked_ids(ids, classes, log_q, None, class_bias, sparse, sources[role])
+        return cls._from_checked_ids(
+            ids, classes, log_q, None, class_bias, sparse, sources[role], log_q_checked=True
+        )
     key = (classes._version, sparse, torch.is_grad_enabled())
     waiting = draw.__dict__.pop(_SHARED, None)
     if waiting is not None:
@@ -290,7 +292,10 @@ def _with_the_other_half(cls, draw, role, ids, classes, log_q, class_bias, spars
         if for_role == role and same:
             if log_q is not None:
                 log_q = log_q.to(part.device)
-            return cls._checked(part.embeddings, part.ids, log_q, None, part.bias, sources[role])
+            return cls._checked(
+                part.embeddings, part.ids, log_q, None, part.bias, sources[role],
+                log_q_checked=True,
+            )
     other_ids = draw.ids if role == "positives" else draw.positive_ids.reshape(-1)
     other_ids = other_ids.to(ids.device)
     if role == "positives":
@@ -304,7 +309,9 @@ def _with_the_other_half(cls, draw, role, ids, classes, log_q, class_bias, spars
     object.__setattr__(draw, _SHARED, (other, classes, class_bias, key, theirs))
     if log_q is not None:
         log_q = log_q.to(mine.device)
-    return cls._checked(mine.embeddings, mine.ids, log_q, None, mine.bias, sources[role])
+    return cls._checked(
+        mine.embeddings, mine.ids, log_q, None, mine.bias, sources[role], log_q_checked=True
+    )
 
 
 def _runs(source: str | Runs, num: int, name: str = "source") -> Runs:
@@ -386,9 +393,11 @@ class CandidateSet:
     def __post_init__(self) -> None:
         self._check(ids_checked=False)
 
-    def _check(self, *, ids_checked: bool) -> None:
+    def _check(self, *, ids_checked: bool, log_q_checked: bool = False) -> None:
         """The constructor's checks; ``ids_checked``: the ids' values were checked already
-        (a constructor that gathered them from a table checked their range)."""
+        (a constructor that gathered them from a table checked their range);
+        ``log_q_checked``: the log Q's values too (a draw's, made finite by its sampler or
+        checked by its own constructor)."""
         check_tensor("embeddings", self.embeddings, ("C", "d"), floating=True, allow_empty=True)
         num, device = self.embeddings.shape[0], self.embeddings.device
         object.__setattr__(self, "source", _runs(self.source, num))
@@ -405,7 +414,8 @@ class CandidateSet:
             _check_columns("log_q", self.log_q, num)
             if not self.log_q.is_floating_point():
                 raise ValueError(f"log_q must be a floating-point tensor, got {self.log_q.dtype}")
-            check_finite("log_q", self.log_q)
+            if not log_q_checked:
+                check_finite("log_q", self.log_q)
         if self.mask is not None:
             _check_columns("mask", self.mask, num)
             if self.mask.dtype != torch.bool:
@@ -506,13 +516,21 @@ class CandidateSet:
     # ------------------------------------------------------------------ constructors
     @classmethod
     def _checked(
-        cls, embeddings, ids, log_q=None, mask=None, bias=None, source: str | Runs = "fixed"
+        cls,
+        embeddings,
+        ids,
+        log_q=None,
+        mask=None,
+        bias=None,
+        source: str | Runs = "fixed",
+        *,
+        log_q_checked: bool = False,
     ) -> CandidateSet:
         """A set whose ids were range-checked by the caller (gathered from a table or
         checked against an encoder): every other field is checked as in the constructor."""
         out = cls._unchecked(embeddings, ids, log_q, mask, bias)
         object.__setattr__(out, "source", source)
-        out._check(ids_checked=True)
+        out._check(ids_checked=True, log_q_checked=log_q_checked)
         return out
 
     @classmethod
@@ -552,7 +570,7 @@ class CandidateSet:
 
     @classmethod
     def _from_checked_ids(
-        cls, ids, classes, log_q, mask, class_bias, sparse, source="fixed"
+        cls, ids, classes, log_q, mask, class_bias, sparse, source="fixed", log_q_checked=False
     ) -> CandidateSet:
         """:meth:`from_ids` of checked ``ids``, ``classes`` and ``class_bias``."""
         embeddings = _gather_rows(classes, ids, sparse, "classes")
@@ -562,7 +580,7 @@ class CandidateSet:
         bias = None
         if class_bias is not None:
             bias = class_bias[ids.to(class_bias.device).long()].to(embeddings.device)
-        return cls._checked(embeddings, ids, log_q, mask, bias, source)
+        return cls._checked(embeddings, ids, log_q, mask, bias, source, log_q_checked=log_q_checked)
 
     @classmethod
     def from_draw(
@@ -629,7 +647,10 @@ class CandidateSet:
         flat = positive_ids.reshape(-1)
         _check_table_and_bias(classes, class_bias, flat, name="positive_ids")
         if draw is None or positive_ids is not draw.positive_ids:
-            return cls._from_checked_ids(flat, classes, log_q, None, class_bias, sparse)
+            # a draw's positive log Q: NaN and +inf refused by the draw, -inf just above
+            return cls._from_checked_ids(
+                flat, classes, log_q, None, class_bias, sparse, log_q_checked=True
+            )
         return _with_the_other_half(
             cls, draw, "positives", flat, classes, log_q, class_bias, sparse
         )
@@ -685,7 +706,8 @@ class CandidateSet:
         ids = ids.to(embeddings.device)
         if log_q is not None:
             log_q = log_q.to(embeddings.device, torch.float32)
-            return cls._checked(embeddings, ids, log_q, source="batch")
+            # batch_log_q is finite by construction (it refuses a probability of 0)
+            return cls._checked(embeddings, ids, log_q, source="batch", log_q_checked=True)
         return cls(embeddings, ids, source="batch")
 
     # ------------------------------------------------------------------ combining
