@@ -18,8 +18,9 @@ A page fails when
     any page shows an unrendered reST directive (``.. automodule::``);
   * a dropdown (``{dropdown}``, e.g. a chapter's *How sure are we?*) is open when the page
     loads or does not open when asked;
-  * a code block or a cell output scrolls sideways at a 1280-pixel window, with every
-    dropdown, folded code cell and solution opened (each such block is named).
+  * a code block, a cell output or a displayed equation scrolls sideways at a 1280-pixel
+    window, with every dropdown, folded code cell and solution opened (each such block is
+    named).
 Usage: python .ci/check_rendered_book.py _build/html [--screenshot DIR] [--browsers N]
 Needs Debian's chromium and chromium-driver and the PyPI packages selenium and PyYAML.
 """
@@ -161,7 +162,8 @@ setTimeout(() => {
     }
   }
   const blocks = [...document.querySelectorAll(
-    'div.highlight pre, div.cell_output pre, div.cell_output div.output, div.cell_output table')];
+    'div.highlight pre, div.cell_output pre, div.cell_output div.output, div.cell_output table, '
+    + 'div.math, mjx-container[display="true"]')];
   let scrolling = 0;
   for (const el of blocks) {
     if (el.getClientRects().length === 0 || el.clientWidth === 0) continue;  // not shown
@@ -395,7 +397,7 @@ def main() -> int:
         print("no exercises found on any page: the check would pass vacuously")
         return 1
     print(f"{len(pages)} pages checked in {len(shares)} browsers, {failures} with problems; "
-          f"{total_scrolling} code or output blocks scroll sideways at 1280 pixels")
+          f"{total_scrolling} code, output or equation blocks scroll sideways at 1280 pixels")
     return 1 if failures else 0
 
 

@@ -41,6 +41,39 @@ def test_most_popular_orders_by_count_and_breaks_ties_by_id():
     assert len(set(scores.tolist())) == len(counts)  # no ties at all
 
 
+def test_most_popular_breaks_ties_at_random_with_a_generator():
+    counts = torch.tensor([3, 7, 3, 0, 7, 1, 3, 0])
+
+    def order(seed):
+        scores = most_popular_scores(counts, generator=torch.Generator().manual_seed(seed))
+        assert len(set(scores.tolist())) == len(counts)  # still no ties
+        return torch.argsort(scores, descending=True).tolist()
+
+    # the counts still decide: 7, 7, then the three 3s, then 1, then the two 0s
+    for seed in range(20):
+        o = order(seed)
+        assert set(o[:2]) == {1, 4} and set(o[2:5]) == {0, 2, 6} and o[5] == 5
+        assert set(o[6:]) == {3, 7}
+    assert order(4) == order(4)  # one seed, one list
+    # every order of the three items with count 3 is equally likely: 6 orders, 3,000
+    # draws, each count binomial(3000, 1/6); five standard deviations bound it
+    tally = {}
+    for seed in range(3000):
+        key = tuple(order(seed)[2:5])
+        tally[key] = tally.get(key, 0) + 1
+    assert len(tally) == 6
+    sd = (3000 * (1 / 6) * (5 / 6)) ** 0.5
+    assert all(abs(n - 500) < 5 * sd for n in tally.values()), tally
+    # the smaller id wins a tie half the time, not always
+    first = sum(order(seed).index(1) < order(seed).index(4) for seed in range(400))
+    assert abs(first - 200) < 5 * (400 * 0.25) ** 0.5
+
+
+def test_most_popular_rejects_a_generator_that_is_not_one():
+    with pytest.raises(ValueError, match="generator must be a torch.Generator or None"):
+        most_popular_scores(torch.tensor([1.0, 2.0]), generator=3)
+
+
 @pytest.mark.parametrize("l2", [0.5, 3.0, 50.0])
 def test_ease_matches_per_column_ridge_regression(l2):
     x = _matrix()

@@ -1,7 +1,9 @@
-"""Cross-device negatives on torch.distributed: 2 gloo processes against one process.
+"""Cross-device negatives on torch.distributed: gloo processes against one process.
 
 One launch (two spawned processes, gloo on 127.0.0.1) runs every multi-process check in
-:func:`_worker` and returns numbers; the tests read them. The reference is the loss on the
+:func:`_worker` and returns numbers; the tests read them. A second launch (four
+processes, which also form two groups of two) compares the recomputing ring with the
+all-gather sigmoid loss and counts what each keeps for backward (:func:`_ring_worker`). The reference is the loss on the
 concatenated batch, written with explicit loops in float64. Each rank's loss is a mean over
 its rows and the parameter gradients are averaged over ranks, as DDP does.
 """
@@ -23,10 +25,12 @@ from candidate_sampling.scale.distributed import (
     ring_sigmoid_loss,
 )
 from candidate_sampling.losses import (
+    Temperature,
     accidental_hits,
     mask_logits,
     positive_column_cross_entropy,
     reduce_loss,
+    sigmoid_pairwise_loss,
 )
 
 F64 = torch.float64
@@ -211,6 +215,86 @@ def _interleave(gathered, offset):
     return torch.stack([gathered[:half], gathered[half:]], dim=1).flatten(0, 1)
 
 
+def saved_bytes(fn):
+    """Bytes of the storages autograd saves for backward while ``fn()`` runs, each once."""
+    seen = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return out, sum(seen.values())
+
+
+def _ring_against_gather(group=None, rows=4, dim=3):
+    """The ring and the all-gather sigmoid loss of this rank's rows in float64: the largest
+    difference of loss and every gradient (queries, positives, their per-column bias, the
+    scalar bias, a learned temperature), and the bytes each saves for backward."""
+    rank, world = rank_and_world_size(group)
+    gen = torch.Generator().manual_seed(5)
+    n = world * rows
+    x, y = (torch.randn(n, dim, generator=gen, dtype=F64) for _ in range(2))
+    col_bias = torch.randn(n, generator=gen, dtype=F64)
+    ids = torch.randint(0, 2 * world, (n,), generator=gen)  # duplicates across ranks
+    probs = torch.rand(2 * world, generator=gen, dtype=F64) + 0.2
+    mask = torch.arange(n) != 1  # global column 1 invalid
+    own = slice(rank * rows, (rank + 1) * rows)
+
+    def run(use_ring):
+        leaves = [t[own].clone().requires_grad_() for t in (x, y, col_bias)]
+        bias = torch.tensor(-0.5, dtype=F64, requires_grad=True)
+        tau = Temperature(0.7, learnable=True).to(F64)
+        u, v, b = leaves
+        positives = CandidateSet(v, ids[own], mask=mask[own], bias=b)
+        options = {"temperature": tau, "bias": bias}
+
+        def loss_fn():
+            if use_ring:
+                return ring_sigmoid_loss(
+                    u,
+                    positives,
+                    item_probabilities=probs / probs.sum(),
+                    group=group,
+                    **options,
+                )
+            g = gather_candidates(positives, item_probabilities=probs / probs.sum(), group=group)
+            return sigmoid_pairwise_loss(
+                u, g.select(slice(0, rows)), g.select(slice(rows, None)), **options
+            )
+
+        loss, saved = saved_bytes(loss_fn)
+        loss.backward()
+        grads = [t.grad for t in (*leaves, bias, tau.log_scale)]
+        return loss.detach(), grads, saved
+
+    ring_loss, ring_grads, ring_saved = run(True)
+    gather_loss, gather_grads, gather_saved = run(False)
+    diffs = [(ring_loss - gather_loss).abs()] + [
+        (a - b).abs().max() for a, b in zip(ring_grads, gather_grads)
+    ]
+    inputs = 2 * rows * dim * 8 + rows * 8 + rows * 4 + 8  # u, v, column bias, log Q, bias
+    return {
+        "max_abs_diff": float(torch.stack(diffs).max()),
+        "ring_saved": ring_saved,
+        "gather_saved": gather_saved,
+        "inputs": inputs,
+        "grad_norm": float(torch.cat([g.flatten() for g in ring_grads]).norm()),
+    }
+
+
+def _ring_worker():
+    """At W = 4, and in two groups of 2 ranks ([0, 1] and [2, 3]) of the same processes."""
+    rank, _ = rank_and_world_size()
+    pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+    return {
+        4: _ring_against_gather(),
+        2: _ring_against_gather(group=pairs[rank // 2]),
+    }
+
+
 def _worker():
     rank, world = rank_and_world_size()
     out = {"rank": rank, "world": world}
@@ -326,6 +410,37 @@ def test_ring_sigmoid_drops_a_masked_column_on_every_rank(results):
 def test_ring_refuses_unequal_batches(results):
     for r in results:
         assert "same number of rows B" in r["ring_unequal_error"]
+
+
+@pytest.fixture(scope="module")
+def ring_results():
+    """4 ranks; each also runs the comparison in its group of 2 (one launch for both)."""
+    values = launch(_ring_worker, world_size=4, backend="gloo", timeout_s=120)
+    values = [{2: v[2], 4: v[4]} for v in values]
+    return values + [{1: _ring_against_gather()}]  # and one process, no group
+
+
+def test_ring_equals_the_all_gather_loss_and_gradients_at_1_2_and_4_ranks(ring_results):
+    """Loss and the gradients of queries, positives, their column bias, the bias and a
+    learned temperature, with duplicates across ranks and an invalid column, in float64."""
+    for by_world in ring_results:
+        for world, r in by_world.items():
+            assert r["max_abs_diff"] < 1e-12, (world, r["max_abs_diff"])
+            assert r["grad_norm"] > 0.1, world  # the comparison compares something
+
+
+def test_ring_saves_only_its_inputs_and_the_gather_grows_with_the_ranks(ring_results):
+    """What autograd keeps for backward: the ring, its inputs (queries, this rank's chunk,
+    its log Q and bias) at any W; the all-gather, at least its (B, N) logits."""
+    rows = 4
+    for by_world in ring_results:
+        for world, r in by_world.items():
+            assert r["ring_saved"] == r["inputs"], (world, r)
+            assert r["gather_saved"] >= rows * world * rows * 8, (world, r)
+    for rank_result in ring_results[:4]:
+        assert rank_result[4]["ring_saved"] == rank_result[2]["ring_saved"]
+        growth = rank_result[4]["gather_saved"] - rank_result[2]["gather_saved"]
+        assert growth >= 2 * rows * rows * 8  # two more ranks: two more (B, B) blocks
 
 
 def test_one_process_needs_no_process_group():

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from candidate_sampling.eval import KnownPairs
 from candidate_sampling.eval.metrics import (
+    expected_calibration_error,
     user_bootstrap,
     user_bootstrap_interval,
     sample_unseen_negatives,
@@ -608,3 +609,89 @@ def test_user_bootstrap_refuses_resamples_without_pairs():
     draws = user_bootstrap(torch.rand(60, dtype=torch.float64), users, num_users=32,
                            num_resamples=200, generator=torch.Generator().manual_seed(0))
     assert bool(torch.isfinite(draws).all())
+
+
+def _ece_loop(p, y, num_bins, binning):
+    """Expected calibration error written out: sort, cut, and average bin by bin."""
+    p, y = p.tolist(), [float(v) for v in y.tolist()]
+    n = len(p)
+    if binning == "quantile":
+        order = sorted(range(n), key=lambda i: p[i])
+        sizes = [n // num_bins + (b < n % num_bins) for b in range(num_bins)]
+        groups, start = [], 0
+        for size in sizes:
+            groups.append(order[start : start + size])
+            start += size
+    else:
+        groups = [[] for _ in range(num_bins)]
+        for i in range(n):
+            groups[min(int(p[i] * num_bins), num_bins - 1)].append(i)
+    ece, predicted, observed, counts = 0.0, [], [], []
+    for g in groups:
+        counts.append(len(g))
+        if not g:
+            predicted.append(math.nan)
+            observed.append(math.nan)
+            continue
+        mean_p = sum(p[i] for i in g) / len(g)
+        mean_y = sum(y[i] for i in g) / len(g)
+        predicted.append(mean_p)
+        observed.append(mean_y)
+        ece += len(g) / n * abs(mean_p - mean_y)
+    return ece, predicted, observed, counts
+
+
+@pytest.mark.parametrize("binning", ["quantile", "uniform"])
+@pytest.mark.parametrize("num_bins", [1, 3, 10, 40])
+def test_expected_calibration_error_matches_a_loop(binning, num_bins):
+    g = torch.Generator().manual_seed(num_bins)
+    p = torch.rand(37, generator=g, dtype=torch.float64) ** 3  # skewed: empty bins
+    p[0], p[1] = 0.0, 1.0  # both ends of [0, 1]
+    y = torch.rand(37, generator=g, dtype=torch.float64) < p
+    ece, predicted, observed, counts = expected_calibration_error(
+        p, y, num_bins=num_bins, binning=binning)
+    ref = _ece_loop(p, y, num_bins, binning)
+    assert math.isclose(ece, ref[0], rel_tol=1e-12, abs_tol=1e-15)
+    assert counts.tolist() == ref[3] and int(counts.sum()) == 37
+    for got, want in ((predicted, ref[1]), (observed, ref[2])):
+        assert torch.allclose(got, torch.tensor(want, dtype=torch.float64),
+                              rtol=1e-12, equal_nan=True)
+    # float labels and float32 probabilities give the same answer
+    again = expected_calibration_error(p.float(), y.double(), num_bins=num_bins,
+                                       binning=binning)
+    assert math.isclose(again[0], ece, rel_tol=1e-5, abs_tol=1e-7)
+
+
+def test_expected_calibration_error_of_a_calibrated_and_an_overconfident_model():
+    """Labels drawn with the predicted probabilities: ECE within a binomial bound of 0;
+    the same predictions three times too large: ECE near the gap they open."""
+    g = torch.Generator().manual_seed(0)
+    n = 200_000
+    p = 0.3 * torch.rand(n, generator=g, dtype=torch.float64)
+    y = torch.rand(n, generator=g, dtype=torch.float64) < p
+    ece, predicted, observed, _ = expected_calibration_error(p, y, num_bins=10)
+    # each bin's frequency has s.e. at most sqrt(0.3 * 0.7 / (n / 10)); five of them
+    assert ece < 5 * math.sqrt(0.3 * 0.7 / (n / 10))
+    assert (predicted - observed).abs().max() < 5 * math.sqrt(0.3 * 0.7 / (n / 10))
+    over, *_ = expected_calibration_error((3 * p).clamp(max=1), y, num_bins=10)
+    assert abs(over - (3 * p).clamp(max=1).mean().item() + p.mean().item()) < 0.01
+
+
+def test_expected_calibration_error_bad_inputs():
+    p, y = torch.tensor([0.1, 0.5, 0.9]), torch.tensor([False, True, True])
+    with pytest.raises(ValueError, match="probabilities"):
+        expected_calibration_error(torch.tensor([0.1, 1.5, 0.2]), y)
+    with pytest.raises(ValueError, match="probabilities"):
+        expected_calibration_error(torch.tensor([0, 1, 1]), y)
+    with pytest.raises(ValueError, match="probabilities"):
+        expected_calibration_error(p[None], y)
+    with pytest.raises(ValueError, match="labels"):
+        expected_calibration_error(p, y[:2])
+    with pytest.raises(ValueError, match="labels"):
+        expected_calibration_error(p, torch.tensor([0, 2, 1]))
+    with pytest.raises(ValueError, match="num_bins"):
+        expected_calibration_error(p, y, num_bins=0)
+    with pytest.raises(ValueError, match="binning"):
+        expected_calibration_error(p, y, binning="equal")
+    with pytest.raises(TypeError):
+        expected_calibration_error(p, y, 10)  # options are keyword-only

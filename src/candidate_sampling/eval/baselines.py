@@ -1,11 +1,12 @@
-"""Non-neural recommenders to measure a two-tower model against (chapter 9).
+"""Non-neural recommenders to measure a two-tower model against (chapter 10).
 
 A retrieval model is only as good as the simplest thing it beats. Three baselines, each a
 few lines of tensor algebra on the binary user × item matrix ``X`` (``X[u, y] = 1`` when
 user ``u`` interacted with item ``y`` in training):
 
 * :func:`most_popular_scores` — every user gets the same list, the items with the most
-  training interactions first.
+  training interactions first (equal counts in a random order drawn from a
+  ``generator``, or by item id without one).
 * :func:`item_knn_scores` — item-based collaborative filtering (Sarwar et al. 2001):
   cosine similarity between the item columns of ``X``, optionally kept for each item's
   ``k`` nearest neighbours, and a user's score for ``y`` is the summed similarity of ``y``
@@ -30,6 +31,7 @@ from candidate_sampling._validate import (
     check_counts,
     check_finite,
     check_float_dtype,
+    check_generator,
     check_ids,
     check_int_range,
     check_positive,
@@ -79,22 +81,45 @@ def interaction_matrix(
     return x
 
 
-def most_popular_scores(counts: torch.Tensor) -> torch.Tensor:
+def most_popular_scores(
+    counts: torch.Tensor, *, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """``(|V|,)`` float64 scores that order items by ``counts``, most popular first.
 
     ``counts``: (|V|,) training interactions per item. The score of the item in
-    popularity position ``r`` (0 = most popular) is ``−r``; equal counts are broken by
-    the smaller item id, so no two items tie and a rank never depends on how ties are
-    counted. The same list for every user: as embeddings, a ``(U, 1)`` column of ones and
+    popularity position ``r`` (0 = most popular) is ``−r``, so no two items tie and a rank
+    never depends on how ties are counted. Equal counts are ordered:
+
+    * with ``generator`` (a ``torch.Generator``), **at random**: a permutation of the items
+      is drawn with ``torch.randperm(|V|, generator=generator)`` on the generator's device
+      and the items are stably sorted by count in that order, so every order of the items
+      of one count is equally likely, and one seed gives one list. This is the honest
+      baseline: the order of equal counts carries no information from the training data;
+    * without it, by the smaller item id (deterministic). When ids carry information (a
+      catalogue whose ids are sorted by popularity, as
+      :func:`~candidate_sampling.data.synthetic.make_planted_retrieval`'s are), this order
+      is a hidden advantage: on such a catalogue the never-seen test items are ranked in
+      the true popularity order (chapter 10).
+
+    The same list for every user: as embeddings, a ``(U, 1)`` column of ones and
     ``most_popular_scores(counts)[:, None]`` as the ``(|V|, 1)`` items.
     """
     check_real_tensor("counts", counts, ("|V|",))
     check_counts("counts", counts, ("|V|",))  # NaN would sort first: the "most popular" item
+    check_generator("generator", generator)
     # float64, or float32 on MPS (no float64 there): −r is exact in float32 below 2^24 items
     dtype = float64_or_float32(counts.device)
-    order = torch.argsort(-exact_float64(counts), stable=True).to(counts.device)
-    scores = torch.empty(counts.shape[0], dtype=dtype, device=counts.device)
-    scores[order] = -torch.arange(counts.shape[0], dtype=dtype, device=counts.device)
+    num_items = counts.shape[0]
+    key = -exact_float64(counts)
+    if generator is None:
+        order = torch.argsort(key, stable=True)
+    else:  # a random order first; the stable sort keeps it within each count
+        shuffle = torch.randperm(num_items, generator=generator, device=generator.device)
+        shuffle = shuffle.to(key.device)
+        order = shuffle[torch.argsort(key[shuffle], stable=True)]
+    order = order.to(counts.device)
+    scores = torch.empty(num_items, dtype=dtype, device=counts.device)
+    scores[order] = -torch.arange(num_items, dtype=dtype, device=counts.device)
     return scores
 
 
@@ -184,7 +209,7 @@ def ranks_from_scores(
     ``candidate_ids``: optional ``(n, m)`` item ids; the positive is then ranked among its
     row's ``m`` candidates only (the sampled protocol of
     :func:`candidate_sampling.eval.metrics.sampled_ranks`, with negatives drawn once and
-    shared by every model compared); ``known`` does not apply to them. Chapter 9.
+    shared by every model compared); ``known`` does not apply to them. Chapter 10.
     """
     _check_scores(scores)
     num_users, num_items = scores.shape
@@ -215,7 +240,7 @@ def top_k_from_scores(
     the items of ``known`` (a :class:`~candidate_sampling.eval.known_pairs.KnownPairs`) are
     never recommended to that user, so ``k`` must be at most ``|V|`` minus the most known
     items of any user (a ``ValueError`` naming ``k``; a value check). NaN scores raise.
-    Chapter 9.
+    Chapter 10.
     """
     _check_scores(scores)
     _check_top_k(k, known, *scores.shape)

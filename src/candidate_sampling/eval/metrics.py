@@ -48,11 +48,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from candidate_sampling._validate import (
+    check_choice,
     check_finite,
     check_generator,
     check_ids,
     check_int_range,
     check_parallel,
+    check_probabilities,
     check_real_tensor,
     check_same,
     check_tensor,
@@ -69,6 +71,7 @@ __all__ = [
     "CPU_SCORES_PER_CHUNK",
     "check_pairs",
     "count_above",
+    "expected_calibration_error",
     "metrics_from_ranks",
     "popularity_strata",
     "positive_ranks",
@@ -740,3 +743,64 @@ def user_bootstrap_interval(
     tail = (1 - confidence) / 2
     low, high = torch.quantile(estimates, torch.tensor([tail, 1 - tail], dtype=torch.float64))
     return float(values.detach().double().mean()), float(low), float(high)
+
+
+CALIBRATION_BINNINGS = ("quantile", "uniform")
+
+
+def expected_calibration_error(
+    probabilities: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    num_bins: int = 10,
+    binning: str = "quantile",
+) -> tuple[float, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Expected calibration error and the reliability diagram's bins (chapter 11).
+
+    ``probabilities``: (n,) predicted probabilities in [0, 1], one per prediction (e.g.
+    each test user's top-10 items); ``labels``: (n,) whether each prediction came true
+    (bool, or 0 / 1 numbers). The predictions are split into ``num_bins`` bins of
+    their probability: ``binning="quantile"`` (default) gives bins of equal count (the
+    sorted predictions cut into ``num_bins`` nearly equal runs; the *adaptive*
+    calibration error of Nixon et al. 2019), ``"uniform"`` bins of equal width on
+    [0, 1] (Guo et al. 2017; a value of 1 falls in the last bin). With ``n_b``
+    predictions in bin ``b``, mean predicted probability ``p̄_b`` and observed frequency
+    ``ȳ_b``::
+
+        ECE = Σ_b (n_b / n) · |p̄_b − ȳ_b|
+
+    Returns ``(ece, predicted, observed, counts)``: the ECE as a float and, per bin,
+    ``p̄_b``, ``ȳ_b`` (float64, NaN for an empty bin, which adds nothing to the ECE)
+    and ``n_b`` (int64), all (num_bins,) on the CPU. A calibrated model has ECE near 0,
+    but not at 0: a finite sample of a calibrated model's labels scatters around
+    ``p̄_b`` (chapter 11 measures that floor by simulation).
+    """
+    check_probabilities("probabilities", probabilities)
+    check_tensor("probabilities", probabilities, ("n",))
+    check_tensor("labels", labels, (probabilities.shape[0],))
+    if labels.is_complex() or (
+        labels.dtype != torch.bool and get_validate_args() and not bool(
+            ((labels == 0) | (labels == 1)).all()
+        )
+    ):
+        raise ValueError("labels must be bool or 0 / 1 numbers")
+    check_int_range("num_bins", num_bins, 1)
+    check_choice("binning", binning, CALIBRATION_BINNINGS)
+    p = probabilities.detach().cpu().double()
+    y = labels.detach().cpu().double()
+    if binning == "quantile":
+        order = torch.argsort(p, stable=True)
+        bins = torch.empty(p.shape[0], dtype=torch.int64)
+        for b, run in enumerate(torch.tensor_split(order, num_bins)):
+            bins[run] = b
+    else:
+        bins = (p * num_bins).long().clamp(max=num_bins - 1)
+    counts = torch.bincount(bins, minlength=num_bins)
+    sum_p = torch.zeros(num_bins, dtype=torch.float64).index_add_(0, bins, p)
+    sum_y = torch.zeros(num_bins, dtype=torch.float64).index_add_(0, bins, y)
+    filled = counts > 0
+    nan = torch.full((num_bins,), float("nan"), dtype=torch.float64)
+    predicted = torch.where(filled, sum_p / counts.clamp(min=1), nan)
+    observed = torch.where(filled, sum_y / counts.clamp(min=1), nan)
+    ece = float((sum_p - sum_y).abs().sum() / p.shape[0])
+    return ece, predicted, observed, counts

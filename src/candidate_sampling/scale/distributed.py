@@ -27,10 +27,11 @@ rows of activations. Three things must be right, and each is a known bug elsewhe
    count in the *global* batch, ``N·p(y)`` (chapter 5's ``B·p`` with ``B → N``).
 
 :func:`ring_sigmoid_loss` is SigLIP's chunked cross-device sigmoid loss: no gather, each
-rank passes its candidate chunk to the next rank ``W − 1`` times. :func:`launch` starts
-``W`` local processes (gloo on CPU, nccl on CUDA) and returns what each rank's function
-returned; the chapter and the tests use it. Every function also works without an
-initialised process group (one process: world size 1).
+rank passes its candidate chunk to the next rank ``W − 1`` times; it saves only its inputs
+for backward and runs the ring again there, so its memory does not grow with ``W``.
+:func:`launch` starts ``W`` local processes (gloo on CPU, nccl on CUDA) and returns what
+each rank's function returned; the chapter and the tests use it. Every function also
+works without an initialised process group (one process: world size 1).
 """
 
 from __future__ import annotations
@@ -58,12 +59,12 @@ from candidate_sampling._validate import (
     validate_args,
 )
 from candidate_sampling.candidates import CandidateSet, _check_candidate_set
-from candidate_sampling.losses.core import Temperature, reduce_loss
+from candidate_sampling.losses.core import Temperature, check_temperature, reduce_loss
 from candidate_sampling.losses.retrieval import in_batch_softmax_loss
 from candidate_sampling.losses.sigmoid import (
+    _check_bias,
     _sigmoid_pair_terms,
     sigmoid_pairwise_logits,
-    sigmoid_pairwise_loss,
 )
 from candidate_sampling.sampling.frequency import batch_log_q
 
@@ -337,26 +338,10 @@ def _exchange(tensor: torch.Tensor, send_to: int, receive_from: int, group) -> t
     return received
 
 
-class _RingShift(torch.autograd.Function):
-    """Forward: send to rank r+1, receive from r−1. Backward: the gradient goes back, r → r−1."""
-
-    @staticmethod
-    def forward(ctx, tensor: torch.Tensor, group) -> torch.Tensor:
-        rank, world = rank_and_world_size(group)
-        ctx.group, ctx.rank, ctx.world = group, rank, world
-        return _exchange(tensor, (rank + 1) % world, (rank - 1) % world, group)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        rank, world = ctx.rank, ctx.world
-        return _exchange(grad, (rank - 1) % world, (rank + 1) % world, ctx.group), None
-
-
 def _ring_shift(tensor: torch.Tensor | None, group) -> torch.Tensor | None:
+    """The tensor of rank r − 1 (this rank's goes to r + 1); None stays None."""
     if tensor is None:
         return None
-    if tensor.requires_grad:
-        return _RingShift.apply(tensor, group)
     rank, world = rank_and_world_size(group)
     if tensor.dtype == torch.bool:  # gloo does not carry bool
         shifted = _exchange(tensor.to(torch.uint8), (rank + 1) % world, (rank - 1) % world, group)
@@ -364,13 +349,123 @@ def _ring_shift(tensor: torch.Tensor | None, group) -> torch.Tensor | None:
     return _exchange(tensor, (rank + 1) % world, (rank - 1) % world, group)
 
 
+_CHUNK_FIELDS = ("embeddings", "ids", "log_q", "mask", "bias")
+_FLOAT_FIELDS = ("embeddings", "log_q", "bias")  # the fields that can carry a gradient
+
+
 def _ring_shift_set(chunk: CandidateSet, group) -> CandidateSet:
     """The CandidateSet held by rank r − 1, every field passed one step along the ring."""
-    fields = ("embeddings", "ids", "log_q", "mask", "bias")
     with validate_args(False):  # values were checked on the rank that made the chunk
         return CandidateSet(
-            *(_ring_shift(getattr(chunk, name), group) for name in fields), source="ranks"
+            *(_ring_shift(getattr(chunk, name), group) for name in _CHUNK_FIELDS), source="ranks"
         )
+
+
+class _RingSigmoid(torch.autograd.Function):
+    """Per-row sigmoid terms over every rank's chunk; the backward runs the ring again.
+
+    Forward (no graph): for ``step = 0 … W−1`` score the chunk held (this rank's own at
+    step 0, then rank ``r − step``'s) and add its terms; pass it on to rank ``r + 1``. Only
+    the inputs are saved. Backward: the same ring, each block recomputed *with* a graph,
+    differentiated at once and freed; the gradient of a received chunk is sent straight
+    back to its owner (rank ``r − step``), which adds it to its own.
+    """
+
+    @staticmethod
+    def forward(ctx, spec: dict, query, embeddings, log_q, col_bias, bias, *temperature_params):
+        chunk = spec["make_chunk"](embeddings, log_q, col_bias)
+        per_row = None
+        for step in range(spec["world"]):
+            if step:
+                chunk = _ring_shift_set(chunk, spec["group"])
+            terms = _ring_block_terms(spec, query, chunk, bias, step)
+            per_row = terms if per_row is None else per_row + terms
+        ctx.spec = spec  # the temperature's parameters are the module's own: not saved
+        ctx.save_for_backward(query, embeddings, log_q, col_bias, bias)
+        return per_row
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_rows: torch.Tensor):
+        spec = ctx.spec
+        query, embeddings, log_q, col_bias, bias = ctx.saved_tensors
+        rank, world, group = spec["rank"], spec["world"], spec["group"]
+        # gradients that stay on this rank: queries, the scalar bias, the temperature
+        local = [
+            query.detach().requires_grad_(query.requires_grad),
+            None if bias is None else bias.detach().requires_grad_(bias.requires_grad),
+            *spec["temperature_params"],
+        ]
+        local_grads: list[torch.Tensor | None] = [None] * len(local)
+        # gradients of this rank's chunk, summed over every rank's block against it
+        fields = [
+            name for name, t in zip(_FLOAT_FIELDS, (embeddings, log_q, col_bias)) if t is not None
+        ]
+        chunk_grads: list[torch.Tensor | None] = [None] * len(fields)
+        chunk = spec["make_chunk"](embeddings.detach(), log_q, col_bias)
+        for step in range(world):
+            if step:
+                chunk = _ring_shift_set(chunk, group)
+            with torch.enable_grad():
+                leaves = {name: getattr(chunk, name).detach().requires_grad_() for name in fields}
+                with validate_args(False):
+                    block = CandidateSet(
+                        leaves["embeddings"],
+                        chunk.ids,
+                        leaves.get("log_q"),
+                        chunk.mask,
+                        leaves.get("bias"),
+                    )
+                terms = _ring_block_terms(spec, local[0], block, local[1], step)
+                inputs = [*local, *leaves.values()]
+                wanted = [t for t in inputs if t is not None and t.requires_grad]
+                found = iter(torch.autograd.grad(terms, wanted, grad_rows, allow_unused=True))
+                grads = [next(found) if t is not None and t.requires_grad else None for t in inputs]
+            local_grads = [_add(total, g) for total, g in zip(local_grads, grads)]
+            for i, (leaf, g) in enumerate(zip(leaves.values(), grads[len(local) :])):
+                g = torch.zeros_like(leaf) if g is None else g
+                if step:  # back to the rank that computed this chunk: r − step
+                    g = _exchange(g, (rank - step) % world, (rank + step) % world, group)
+                chunk_grads[i] = _add(chunk_grads[i], g)
+        by_field = dict(zip(fields, chunk_grads))
+        grad_query, grad_bias, *grad_params = local_grads
+        return (
+            None,
+            grad_query,
+            by_field["embeddings"] if ctx.needs_input_grad[2] else None,
+            by_field.get("log_q") if ctx.needs_input_grad[3] else None,
+            by_field.get("bias") if ctx.needs_input_grad[4] else None,
+            grad_bias,
+            *grad_params,
+        )
+
+
+def _add(total: torch.Tensor | None, grad: torch.Tensor | None) -> torch.Tensor | None:
+    if grad is None:
+        return total
+    return grad if total is None else total + grad
+
+
+def _ring_block_terms(spec: dict, query, chunk: CandidateSet, bias, step: int) -> torch.Tensor:
+    """Per-row terms of one block: this rank's queries against the chunk held at ``step``."""
+    batch = query.shape[0]
+    logits = sigmoid_pairwise_logits(
+        query, chunk, temperature=spec["temperature"], bias=spec["bias"] if bias is None else bias
+    )
+    own = torch.arange(batch, device=query.device)
+    removed = None
+    if chunk.mask is not None:
+        removed = (~chunk.mask.to(logits.device)).expand(batch, -1).clone()
+        if step == 0:
+            removed[own, own] = False  # the row's own positive stays
+    return _sigmoid_pair_terms(  # checked arguments: no range check per step
+        logits,
+        spec["positive_ids"],
+        chunk.ids,
+        own if step == 0 else None,
+        spec["remove_accidental_hits"],
+        removed,
+    )
 
 
 def ring_sigmoid_loss(
@@ -393,9 +488,16 @@ def ring_sigmoid_loss(
     mask, bias) to rank ``r + 1`` and receives one from rank ``r − 1``, adding the
     negative-only terms ``Σ_j softplus(z_ij)`` of each received chunk
     (:func:`~candidate_sampling.losses.sigmoid_pair_terms`). Every row thus sums its terms
-    over all ``N = W·B`` candidates, and no rank ever holds more than two chunks or a
-    (B, N) matrix. The gradient of a received chunk travels back along the ring to the
-    rank that computed it.
+    over all ``N = W·B`` candidates.
+
+    Memory: the forward pass keeps no graph; autograd saves only the inputs (the ``B``
+    queries and this rank's chunk), whatever ``W``. The backward pass runs the ring again,
+    recomputes each (B, B) block with a graph, differentiates it and frees it, and sends
+    the gradient of a received chunk straight back to the rank that computed it. At any
+    moment a rank holds at most two chunks (the one it scores and the one arriving), in
+    the backward pass their gradients, and one block: never the (B, N) logits that an
+    all-gather (:func:`gather_candidates`) keeps for its backward. The price is a second
+    pass of the ring (scores and communication) in the backward.
 
     Same options as :func:`~candidate_sampling.losses.sigmoid_pairwise_loss` for the local
     rows; ``positives``: this rank's B positives; ``item_probabilities``: (|V|,) ``p(y)``,
@@ -403,6 +505,8 @@ def ring_sigmoid_loss(
     sigmoid loss the constant does *not* cancel: it shifts the bias). Every rank must hold
     the same ``B``. With ``"mean"`` and DDP's gradient averaging, a step equals
     :func:`~candidate_sampling.losses.sigmoid_pairwise_loss` on the concatenated batch.
+    Gradients reach ``query``, the positives' embeddings (and their log Q and bias when
+    those require grad), ``bias`` and a learnable ``temperature``; no double backward.
     Chapter 7.
     Defaults: ``temperature=1.0``, ``bias=0.0``, ``reduction="mean"``.
     """
@@ -410,45 +514,48 @@ def ring_sigmoid_loss(
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     check_tensor("query", query, ("B", "d"), floating=True)
     _check_shared(positives)
+    check_temperature(temperature)
+    _check_bias(bias)
     batch = query.shape[0]
     check_same("batch size B", query=batch, positives=positives.num_candidates)
-    _, world = rank_and_world_size(group)
+    rank, world = rank_and_world_size(group)
     sizes = rank_sizes(batch, device=query.device, group=group)
     if len(set(sizes)) != 1:
         raise ValueError(
             f"every rank must hold the same number of rows B for the ring, got sizes {sizes}"
         )
     chunk = _with_log_q(positives, item_probabilities, sum(sizes))
-    if world == 1:
-        return sigmoid_pairwise_loss(
-            query,
-            chunk,
-            temperature=temperature,
-            bias=bias,
-            remove_accidental_hits=remove_accidental_hits,
-            sample_weight=sample_weight,
-            reduction=reduction,
-        )
-    own = torch.arange(batch, device=query.device)
-    per_row = None
-    for step in range(world):
-        if step:
-            chunk = _ring_shift_set(chunk, group)
-        logits = sigmoid_pairwise_logits(query, chunk, temperature=temperature, bias=bias)
-        removed = None
-        if chunk.mask is not None:
-            removed = (~chunk.mask.to(logits.device)).expand(batch, -1).clone()
-            if step == 0:
-                removed[own, own] = False  # the row's own positive stays
-        terms = _sigmoid_pair_terms(  # checked arguments: no range check per step
-            logits,
-            positives.ids,
-            chunk.ids,
-            own if step == 0 else None,
-            remove_accidental_hits,
-            removed,
-        )
-        per_row = terms if per_row is None else per_row + terms
+    ids, mask = chunk.ids, chunk.mask
+
+    def make_chunk(embeddings, log_q, col_bias):
+        with validate_args(False):
+            return CandidateSet(embeddings, ids, log_q, mask, col_bias, "batch")
+
+    temperature_params = (
+        [p for p in temperature.parameters() if p.requires_grad]
+        if isinstance(temperature, Temperature)
+        else []
+    )
+    spec = {
+        "rank": rank,
+        "world": world,
+        "group": group,
+        "temperature": temperature,
+        "bias": bias,
+        "positive_ids": positives.ids,
+        "remove_accidental_hits": remove_accidental_hits,
+        "make_chunk": make_chunk,
+        "temperature_params": temperature_params,
+    }
+    per_row = _RingSigmoid.apply(
+        spec,
+        query,
+        chunk.embeddings,
+        chunk.log_q,
+        chunk.bias,
+        bias if isinstance(bias, torch.Tensor) else None,
+        *temperature_params,
+    )
     return reduce_loss(per_row, reduction, sample_weight=sample_weight)
 
 
