@@ -1353,13 +1353,27 @@ ENTRIES: dict[str, Entry] = {
         generator=generator(),
         same=[("values", "users")],
     ),
+    "eval.metrics.expected_calibration_error": E(
+        M.expected_calibration_error,
+        probabilities=probs(torch.tensor([0.1, 0.5, 0.9, 0.3])),
+        labels=other(
+            torch.tensor([0, 1, 1, 0]),
+            ("label 2", torch.tensor([0, 2, 1, 0]), "raise"),
+            ("NaN label", torch.tensor([0.0, float("nan"), 1.0, 0.0]), "raise"),
+        ),
+        num_bins=integer(2, 1),
+        binning=choice("quantile"),
+        same=[("probabilities", "labels")],
+    ),
     "eval.baselines.interaction_matrix": E(
         BL.interaction_matrix,
         known=known_arg(known(), V, skip=("known of another catalogue",)),
         num_users=integer(3, 2),
         dtype=dtype_arg(),
     ),
-    "eval.baselines.most_popular_scores": E(BL.most_popular_scores, counts=counts(COUNTS)),
+    "eval.baselines.most_popular_scores": E(
+        BL.most_popular_scores, counts=counts(COUNTS), generator=generator()
+    ),
     "eval.baselines.ease_weights": E(
         BL.ease_weights, x=floats(torch.eye(3, V), nan="raise"), l2=positive(1.0)
     ),

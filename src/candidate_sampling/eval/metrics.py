@@ -778,6 +778,8 @@ def expected_calibration_error(
     check_probabilities("probabilities", probabilities)
     check_tensor("probabilities", probabilities, ("n",))
     check_tensor("labels", labels, (probabilities.shape[0],))
+    if probabilities.shape[0] == 0:
+        raise ValueError("probabilities must hold at least one prediction, got none")
     if labels.is_complex() or (
         labels.dtype != torch.bool and get_validate_args() and not bool(
             ((labels == 0) | (labels == 1)).all()
