@@ -433,6 +433,16 @@ def test_chapter_opens_with_what_it_teaches_prerequisites_and_reading_time(noteb
     assert text.startswith("# "), f"{notebook.name}: the first text cell is not the title"
     for needed in ("What you will learn", "Prerequisites", "Reading time"):
         assert needed in text, f"{notebook.name}: the opening lacks '{needed}'"
+    # the reading time is a number of minutes that follows the main path's length (200
+    # words a minute), not a placeholder or a figure left from an earlier draft
+    stated = re.search(r"Reading time\W*[Aa]bout (\d+) minutes", text)
+    assert stated, f"{notebook.name}: the reading time is not 'about N minutes'"
+    words = sum(len(_main_path(c).split()) for c in _cells(notebook))
+    expected = words / 200
+    assert abs(int(stated.group(1)) - expected) <= max(3, 0.25 * expected), (
+        f"{notebook.name}: reading time {stated.group(1)} minutes for {words} main-path "
+        f"words (about {expected:.0f} at 200 a minute)"
+    )
 
 
 @pytest.mark.parametrize("notebook", CHAPTERS, ids=lambda p: p.stem)
