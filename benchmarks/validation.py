@@ -18,14 +18,14 @@ d = 128, |V| = 10^5 (``--quick``) or 10^6, and two losses:
 
 One step: draw, forward, backward, optimizer step, with no synchronisation inside it (as
 in a training loop); :func:`candidate_sampling.time_calls` synchronises the device after
-each step. Checks on and off are timed in alternating blocks on the same model, in the
-same run; the ratio is the median step time with checks on over the median with them off
-(above 1: the checks cost time). Shape and dtype checks, which read only metadata, run in
-both.
+each step. Checks on and off alternate step by step on the same model, in the same run;
+the ratio is the median step time with checks on over the median with them off (above 1:
+the checks cost time). Shape and dtype checks, which read only metadata, run in both.
 """
 
 from __future__ import annotations
 
+import statistics
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -57,8 +57,11 @@ def measure(
 ) -> list[dict[str, Any]]:
     """Step times of each method with value checks on and off; one row per (method, setting).
 
-    ``rounds`` alternating blocks per method (on then off, then off then on, ...), each
-    block ``repeats`` timed steps (more until ``min_seconds``) after one untimed step.
+    Checks on and off alternate step by step (on, off, then off, on, ...), ``repeats``
+    pairs per round (more until the round has ``min_seconds`` of timed steps), ``rounds``
+    rounds after two untimed steps: on a machine shared with other work, a change of load
+    then hits both settings alike. Each "on" row also carries the median over pairs of
+    on / off (``paired_ratio_median``).
     """
     step = TrainingStep(cfg, methods)
     rows = []
@@ -66,16 +69,24 @@ def measure(
         for _ in range(2):  # lazy optimizer state, kernel selection
             step(method)
         times: dict[bool, list[float]] = {True: [], False: []}
+        pairs: list[float] = []
         losses: dict[bool, float] = {}
         for r in range(rounds):
-            for checks in (True, False) if r % 2 == 0 else (False, True):
+            spent, done = 0.0, 0
+            while done < repeats or spent < min_seconds:
+                pair = {}
+                for checks in (True, False) if (r + done) % 2 == 0 else (False, True):
+                    with validate_args(checks):
+                        (seconds,) = time_calls(
+                            partial(step, method), device=step.device, repeats=1, warmup=0
+                        )
+                    pair[checks] = seconds
+                    times[checks].append(seconds)
+                    spent += seconds
+                pairs.append(pair[True] / pair[False])
+                done += 1
+            for checks in (True, False):
                 with validate_args(checks):
-                    times[checks] += time_calls(
-                        partial(step, method),
-                        device=step.device,
-                        repeats=repeats,
-                        min_seconds=min_seconds,
-                    )
                     losses[checks] = float(step(method))
         for checks in (True, False):
             rows.append(
@@ -91,6 +102,7 @@ def measure(
                     "device": str(step.device),
                     "step": summarize(times[checks]),
                     "loss_last": losses[checks],
+                    **({"paired_ratio_median": statistics.median(pairs)} if checks else {}),
                 }
             )
     return rows

@@ -126,7 +126,7 @@ CASES = [
     (NCELoss, (SAMPLER, 4), {}, "sparse"),
     (in_batch_logits, (QUERY, POSITIVES, CANDIDATES), {}, "remove_accidental_hits"),
     (in_batch_softmax_loss, (QUERY, POSITIVES, CANDIDATES), {}, "remove_accidental_hits"),
-    (RetrievalLoss, (), {}, "unique"),
+    (RetrievalLoss, (), {"sampler": SAMPLER, "num_samples": 2}, "unique"),
     (RetrievalLoss, (), {}, "remove_accidental_hits"),
     (info_nce_loss, (QUERY, QUERY), {}, "symmetric"),
     (info_nce_loss, (QUERY, QUERY), {}, "normalize"),

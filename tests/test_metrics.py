@@ -232,7 +232,7 @@ def test_bad_inputs():
         positive_ranks(ue, ie, user_index, positive_ids, known=(user_index, positive_ids))
     with pytest.raises(ValueError, match="known must be a KnownPairs"):
         sampled_ranks(ue, ie, user_index, positive_ids, known=(user_index, positive_ids))
-    with pytest.raises(ValueError, match="k must be"):
+    with pytest.raises(ValueError, match=r"ks\[0\] must be"):
         retrieval_metrics(ue, ie, user_index, positive_ids, ks=(0,))
     with pytest.raises(ValueError, match="k must be"):
         top_k_items(ue, ie, 0)

@@ -12,6 +12,17 @@ Two kinds of check:
   ``validate_args``; a training loop that has been debugged can turn them off with
   ``candidate_sampling.set_validate_args(False)`` or, for a block of code, with
   ``with candidate_sampling.validate_args(False): ...``.
+
+  While ``torch.compile`` traces a function (``torch.compiler.is_compiling()``), the value
+  checks are skipped whatever the switch says: each one reads a tensor value on the host,
+  which would split the compiled graph (a *graph break*) at every check. The shape, dtype
+  and option checks still run at trace time (they read metadata only), so a compiled loss
+  is one graph and still refuses a wrong shape. Run a step eagerly once to have the values
+  checked.
+
+A public function checks its arguments once, at its entry, and calls unchecked cores
+(``_name`` functions) for the steps inside: a public step called from inside a loss would
+repeat what the loss checked.
 """
 
 from __future__ import annotations
@@ -34,15 +45,24 @@ def set_validate_args(value: bool) -> None:
 
     Shape and dtype checks are always on. Off saves the device synchronisations those
     checks force (several per loss call on a GPU); bad values then give torch's own error,
-    or a wrong answer, instead of a ``ValueError`` naming the argument.
+    or a wrong answer, instead of a ``ValueError`` naming the argument. Under
+    ``torch.compile`` the value checks are skipped while the function is traced (each would
+    break the graph; see the module docstring and the book's notation page), so a compiled
+    loss is one graph; the shape checks still run.
     """
     global _VALIDATE
     _VALIDATE = check_bool("value", value)
 
 
 def get_validate_args() -> bool:
-    """Whether value checks run (True by default)."""
-    return _VALIDATE
+    """Whether value checks run: the switch (True by default), and never while
+    ``torch.compile`` traces (``torch.compiler.is_compiling()``)."""
+    return _VALIDATE and not _is_compiling()
+
+
+#: ``torch.compiler.is_compiling`` (torch >= 2.3); older versions have no such test and
+#: run the checks (a graph break each) under ``torch.compile``.
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 @contextlib.contextmanager
@@ -86,7 +106,7 @@ def check_positive(name: str, value: float) -> float:
             raise ValueError(f"{name} must be a scalar, got a tensor of shape {tuple(value.shape)}")
         if value.dtype == torch.bool or value.is_complex():
             raise ValueError(f"{name} must be a real number, got a tensor of dtype {value.dtype}")
-        if not _VALIDATE:
+        if not get_validate_args():
             return value
         checked = float(value.detach())
     else:
@@ -155,9 +175,82 @@ def check_tensor(
         raise ValueError(f"{name} must not be empty, got shape {tuple(tensor.shape)}")
     if floating is True and not tensor.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got {tensor.dtype}")
-    if floating is False and (tensor.is_floating_point() or tensor.is_complex()):
+    if floating is False and (
+        tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool
+    ):
         raise ValueError(f"{name} must be an integer tensor of ids, got {tensor.dtype}")
+    if floating is None and tensor.is_complex():
+        raise ValueError(f"{name} must be a real tensor, got {tensor.dtype}")
     return tensor
+
+
+def check_real_tensor(
+    name: str, tensor: torch.Tensor, shape: Sequence[int | str | None]
+) -> torch.Tensor:
+    """A real tensor of ``shape``: integer or floating, not bool or complex (counts,
+    popularity, scores that are only compared)."""
+    check_tensor(name, tensor, shape, allow_empty=True)
+    if tensor.dtype == torch.bool or tensor.is_complex():
+        raise ValueError(f"{name} must be a real (integer or floating) tensor, got {tensor.dtype}")
+    return tensor
+
+
+def check_counts(
+    name: str, counts: torch.Tensor, shape: Sequence[int | str | None] = ("V",)
+) -> torch.Tensor:
+    """Counts or weights: a real tensor of ``shape``, finite and >= 0 (a value check)."""
+    check_real_tensor(name, counts, shape)
+    if get_validate_args() and counts.numel():
+        if counts.is_floating_point() and not bool(torch.isfinite(counts).all()):
+            raise ValueError(f"{name} must be finite, got NaN or infinite entries")
+        if bool((counts < 0).any()):
+            raise ValueError(f"{name} must be >= 0, got minimum {counts.min().item()!r}")
+    return counts
+
+
+def check_generator(
+    name: str, generator: object, device: torch.device | str | None = None
+) -> torch.Generator | None:
+    """``generator`` must be None or a ``torch.Generator`` (not a seed: ``generator=0`` would
+    reach torch as a cryptic error), on ``device``'s type when given."""
+    if generator is None:
+        return None
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(
+            f"{name} must be a torch.Generator or None, got {type(generator).__name__} "
+            f"{generator!r} (for a seed, pass torch.Generator().manual_seed(seed))"
+        )
+    if device is not None and generator.device.type != torch.device(device).type:
+        raise ValueError(
+            f"{name} must live on the device {torch.device(device)}, got a generator on "
+            f"{generator.device}"
+        )
+    return generator
+
+
+def check_device(name: str, device: object) -> torch.device | None:
+    """``device``: None, a ``torch.device`` or a string naming one; returns the device."""
+    if device is None:
+        return None
+    if not isinstance(device, (torch.device, str)):
+        raise ValueError(f"{name} must be a torch.device or a string, got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except (RuntimeError, ValueError) as err:
+        raise ValueError(f"{name} must name a torch device, got {device!r}") from err
+
+
+def check_callable(name: str, value: object, what: str) -> None:
+    """``value`` must be callable (a module or a function), ``what`` says which."""
+    if not callable(value):
+        raise ValueError(f"{name} must be {what}, got {type(value).__name__}")
+
+
+def check_module(name: str, value: object) -> torch.nn.Module:
+    """``value`` must be an ``nn.Module``."""
+    if not isinstance(value, torch.nn.Module):
+        raise ValueError(f"{name} must be a torch.nn.Module, got {type(value).__name__}")
+    return value
 
 
 def check_bool_mask(
@@ -222,28 +315,34 @@ def check_parallel(what: str, *, allow_empty: bool = False, **ids: torch.Tensor)
     return next(iter(ids.values())).shape[0]
 
 
-def check_ids(name: str, ids: torch.Tensor, num_items: int | None) -> torch.Tensor:
+def check_ids(
+    name: str, ids: torch.Tensor, num_items: int | None, of: str | None = None
+) -> torch.Tensor:
     """Integer ids must lie in ``[0, num_items)``, or be ``>= 0`` when ``num_items`` is None
-    (no known catalogue size); the range is a value check. A negative id never wraps."""
+    (no known catalogue size); the range is a value check. A negative id never wraps.
+    ``of`` says what the range is (``"the rows of classes"``) in the error."""
     if not isinstance(ids, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor of ids, got {type(ids).__name__}")
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
         raise ValueError(f"{name} must be an integer tensor of ids, got {ids.dtype}")
+    if not get_validate_args() or not ids.numel():
+        return ids
     if num_items is None:
-        if _VALIDATE and ids.numel() and int(ids.min()) < 0:
+        if int(ids.min()) < 0:
             raise ValueError(f"{name} must be >= 0, got {int(ids.min())}")
         return ids
-    if _VALIDATE and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_items):
+    low, high = torch.stack([ids.min(), ids.max()]).tolist()  # one device sync
+    if low < 0 or high >= num_items:
+        where = f" ({of})" if of else ""
         raise ValueError(
-            f"{name} must lie in [0, {num_items}), got values in "
-            f"[{int(ids.min())}, {int(ids.max())}]"
+            f"{name} must lie in [0, {num_items}){where}, got values in [{low}, {high}]"
         )
     return ids
 
 
 def check_finite(name: str, tensor: torch.Tensor) -> torch.Tensor:
     """No NaN or infinity allowed (probabilities, log Q, counts); a value check."""
-    if _VALIDATE and not bool(torch.isfinite(tensor).all()):
+    if get_validate_args() and not bool(torch.isfinite(tensor).all()):
         raise ValueError(f"{name} must be finite, got NaN or infinite entries")
     return tensor
 
@@ -257,7 +356,7 @@ def check_probabilities(name: str, probs: torch.Tensor) -> torch.Tensor:
     """A floating tensor with every value in [0, 1] (NaN rejected); the range is a value check."""
     if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor of probabilities")
-    if _VALIDATE and probs.numel() and not bool(((probs >= 0) & (probs <= 1)).all()):
+    if get_validate_args() and probs.numel() and not bool(((probs >= 0) & (probs <= 1)).all()):
         bad = probs[~((probs >= 0) & (probs <= 1))][0].item()
         raise ValueError(f"{name} must lie in [0, 1], got {bad!r}")
     return probs

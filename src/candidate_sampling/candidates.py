@@ -47,6 +47,7 @@ obey :func:`candidate_sampling.get_validate_args`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -58,10 +59,18 @@ from candidate_sampling._validate import (
     check_ids,
     check_same,
     check_tensor,
+    _is_compiling,
     get_validate_args,
 )
 
 __all__ = ["CandidateSet", "SOURCES", "gather_rows"]
+
+#: What a 2.0-style argument (a tuple, a bare tensor) is told to become.
+_BUILD_A_SET = (
+    "build one with CandidateSet.positives_of(positive_ids, classes, draw=draw), "
+    "CandidateSet.from_draw(draw, classes), CandidateSet.from_ids(ids, classes) or "
+    "CandidateSet(embeddings, ids, log_q)"
+)
 
 #: How a set's columns came to be (``CandidateSet.source``). The softmax family's
 #: default removes the accidental hits of the *set* sources (``"unique"``, ``"mined"``,
@@ -92,28 +101,41 @@ def gather_rows(
     ``F.embedding(..., sparse=True)`` (sparse gradient of the table). Returns (n, d).
     """
     sparse = check_bool("sparse", sparse)
+    check_tensor("ids", ids, ("n",), floating=False, allow_empty=True)
     if isinstance(classes, torch.Tensor):
         check_tensor(name, classes, ("|V|", "d"), floating=True)
-        check_ids("ids", ids, classes.shape[0])
-        ids = ids.to(classes.device).long()
-        if classes.dtype in _HALF:
-            uniq, inverse = torch.unique(ids, return_inverse=True)
-            rows = torch.nn.functional.embedding(uniq, classes, sparse=sparse)
-            return rows.float()[inverse]
-        if sparse:
-            return torch.nn.functional.embedding(ids, classes, sparse=True)
-        return classes[ids]
-    if not callable(classes):
+        check_ids("ids", ids, classes.shape[0], f"the rows of {name}")
+    elif not callable(classes):
         raise ValueError(
             f"{name} must be a class table (|V|, d) or an item encoder, got "
             f"{type(classes).__name__}"
         )
+    return _gather_rows(classes, ids, sparse, name)
+
+
+def _gather_rows(classes: Classes, ids: torch.Tensor, sparse: bool, name: str) -> torch.Tensor:
+    """:func:`gather_rows` of checked arguments (the encoder's output is checked here)."""
+    if isinstance(classes, torch.Tensor):
+        ids = ids.to(classes.device).long()
+        if classes.dtype in _HALF and not _is_compiling():
+            uniq, inverse = torch.unique(ids, return_inverse=True)
+            rows = torch.nn.functional.embedding(uniq, classes, sparse=sparse)
+            return rows.float()[inverse]
+        if classes.dtype in _HALF:  # a graph has no data-dependent shapes: no unique
+            return torch.nn.functional.embedding(ids, classes, sparse=sparse).float()
+        if sparse:
+            return torch.nn.functional.embedding(ids, classes, sparse=True)
+        return classes[ids]
     rows = classes(ids)
     if not isinstance(rows, torch.Tensor) or rows.dim() != 2 or rows.shape[0] != ids.shape[0]:
         got = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
         raise ValueError(
             f"the item encoder ({name}) must map ids ({ids.shape[0]},) to embeddings "
             f"({ids.shape[0]}, d), got {got}"
+        )
+    if not rows.is_floating_point():
+        raise ValueError(
+            f"the item encoder ({name}) must return floating-point embeddings, got {rows.dtype}"
         )
     return rows
 
@@ -124,7 +146,26 @@ def _check_candidate_set(name: str, value: object, *, optional: bool = False) ->
         return
     if not isinstance(value, CandidateSet):
         wanted = "a CandidateSet or None" if optional else "a CandidateSet"
-        raise ValueError(f"{name} must be {wanted}, got {type(value).__name__}")
+        hint = f" (2.0's tensors and tuples are gone: {_BUILD_A_SET})"
+        if not isinstance(value, (torch.Tensor, tuple, list)):
+            hint = ""
+        raise ValueError(f"{name} must be {wanted}, got {type(value).__name__}{hint}")
+
+
+def _check_draw(draw: object) -> None:
+    """``draw`` must be a :class:`~candidate_sampling.sampling.samplers.CandidateDraw`."""
+    from candidate_sampling.sampling.samplers import CandidateDraw
+
+    if not isinstance(draw, CandidateDraw):
+        hint = ""
+        if isinstance(draw, (tuple, list)):
+            hint = (
+                ": 2.0's tuple draw (ids, log Q, positive log Q) is one CandidateDraw now, "
+                "what sampler.sample(num_samples, positive_ids=...) returns"
+            )
+        raise ValueError(
+            f"draw must be a CandidateDraw (sampler.sample(...)), got {type(draw).__name__}{hint}"
+        )
 
 
 def _check_columns(name: str, tensor: torch.Tensor, num_cols: int) -> None:
@@ -136,6 +177,141 @@ def _check_columns(name: str, tensor: torch.Tensor, num_cols: int) -> None:
             f"{name} must have shape (C,) or (B, C) with C = {num_cols} (embeddings), "
             f"got {tuple(tensor.shape)}"
         )
+
+
+def _check_columns_index(columns: object, num: int) -> None:
+    """:meth:`CandidateSet.select`'s ``columns``: a (C',) integer tensor in ``[0, C)`` or a
+    (C,) bool tensor."""
+    if not isinstance(columns, torch.Tensor):
+        raise ValueError(
+            f"columns must be a slice or a tensor of column indices, got {type(columns).__name__}"
+        )
+    if columns.dtype == torch.bool:
+        check_tensor("columns", columns, (num,), allow_empty=True)
+        return
+    check_tensor("columns", columns, ("C'",), floating=False, allow_empty=True)
+    check_ids(f"columns (of a set of {num} columns)", columns, num)
+
+
+def _check_table_and_bias(
+    classes: Classes, class_bias: torch.Tensor | None, ids: torch.Tensor, name: str = "ids"
+) -> None:
+    """``classes`` (a table or an encoder), ``class_bias`` (|V|,) and the range of ``ids``
+    (integer (C,), checked by the caller) — every check of :meth:`CandidateSet.from_ids`
+    but those of its ``log_q`` and ``mask``, which the set's own checks make."""
+    if isinstance(classes, torch.Tensor):
+        check_tensor("classes", classes, ("|V|", "d"), floating=True)
+    elif not callable(classes):
+        raise ValueError(
+            "classes must be a class table (|V|, d) or an item encoder, got "
+            f"{type(classes).__name__}"
+        )
+    if class_bias is not None:
+        check_tensor("class_bias", class_bias, ("|V|",), floating=True)
+        if isinstance(classes, torch.Tensor):
+            check_same(
+                "number of classes |V|", classes=classes.shape[0], class_bias=class_bias.shape[0]
+            )
+    if isinstance(classes, torch.Tensor):
+        check_ids(name, ids, classes.shape[0], "the rows of classes")
+    elif class_bias is not None:  # an item encoder has no |V| of its own: class_bias sets it
+        check_ids(
+            f"{name} (indices into class_bias of length {class_bias.shape[0]})",
+            ids,
+            class_bias.shape[0],
+        )
+    elif not _checks_its_ids(classes):
+        check_ids(name, ids, None)
+
+
+def _checks_its_ids(encoder: object) -> bool:
+    """Whether an item encoder checks its ids' range itself (an ``ItemTower`` does: the
+    set's check would read the same ids twice)."""
+    from candidate_sampling.models import ItemTower
+
+    return isinstance(encoder, ItemTower)
+
+
+def _positives_and_log_q(
+    positive_ids: torch.Tensor, classes: Classes, draw, correct: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``positive_ids`` (B,) or (B, T), checked, and their log Q under ``draw`` (flat), or
+    None (no draw, or ``correct=False``)."""
+    if not isinstance(positive_ids, torch.Tensor) or positive_ids.dim() not in (1, 2):
+        got = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
+        raise ValueError(f"positive_ids must have shape (B,) or (B, T), got {got}")
+    check_tensor(
+        "positive_ids", positive_ids, ("B",) + ("T",) * (positive_ids.dim() - 1), floating=False
+    )
+    correct = check_bool("correct", correct)
+    if draw is not None:
+        _check_draw(draw)
+    if draw is None or not correct:
+        return positive_ids, None
+    # the one check that the draw belongs to these ids (made with them; their shape; the
+    # ids themselves while validation is on)
+    draw.check_positive_ids(positive_ids)
+    log_q = draw.positive_log_q
+    if log_q is None:  # a hand-built draw with ids but no expected counts
+        raise ValueError(
+            "draw.positive_log_q is None: the draw carries no expected count for "
+            "its positive_ids (sample with positive_ids=...)"
+        )
+    if get_validate_args() and bool(torch.isneginf(log_q).any()):
+        raise ValueError(
+            "draw.positive_log_q is -inf for some positive id: the proposal cannot "
+            "draw it (an excluded id?), so the sampled loss is undefined for that row"
+        )
+    # the draw's own dtype, as from_draw keeps it (a float64 draw stays exact)
+    return positive_ids, log_q.reshape(-1)
+
+
+#: The attribute of a CandidateDraw that carries the rows gathered for the other half
+#: (positives or draw) of a half-precision table.
+_SHARED = "_cs_rows_for"
+
+
+def _with_the_other_half(cls, draw, role, ids, classes, log_q, class_bias, sparse):
+    """``role``'s set (``"positives"`` or ``"draw"``) of ``draw``, its rows gathered with
+    the other role's when ``classes`` is a half table (see
+    :meth:`CandidateSet.positives_of`); a float32 table, an encoder, or a draw without
+    ``positive_ids`` is gathered alone. The other role's rows wait on the draw, used once,
+    and only by a call with the same table (unchanged since), bias, ``sparse`` and grad
+    mode."""
+    sources = {"positives": "fixed", "draw": "unique" if draw.unique else "replacement"}
+    half = isinstance(classes, torch.Tensor) and classes.dtype in (torch.float16, torch.bfloat16)
+    if not half or draw.positive_ids is None or _is_compiling():
+        return cls._from_checked_ids(
+            ids, classes, log_q, None, class_bias, sparse, sources[role], log_q_checked=True
+        )
+    key = (classes._version, sparse, torch.is_grad_enabled())
+    waiting = draw.__dict__.pop(_SHARED, None)
+    if waiting is not None:
+        for_role, table, bias_table, waiting_key, part = waiting
+        same = table is classes and bias_table is class_bias and waiting_key == key
+        if for_role == role and same:
+            if log_q is not None:
+                log_q = log_q.to(part.device)
+            return cls._checked(
+                part.embeddings, part.ids, log_q, None, part.bias, sources[role],
+                log_q_checked=True,
+            )
+    other_ids = draw.ids if role == "positives" else draw.positive_ids.reshape(-1)
+    other_ids = other_ids.to(ids.device)
+    if role == "positives":
+        _check_table_and_bias(classes, class_bias, other_ids, name="draw.ids")
+    joined = cls._from_checked_ids(
+        torch.cat([ids, other_ids]), classes, None, None, class_bias, sparse
+    )
+    num = ids.shape[0]
+    mine, theirs = joined.select(slice(0, num)), joined.select(slice(num, None))
+    other = "draw" if role == "positives" else "positives"
+    object.__setattr__(draw, _SHARED, (other, classes, class_bias, key, theirs))
+    if log_q is not None:
+        log_q = log_q.to(mine.device)
+    return cls._checked(
+        mine.embeddings, mine.ids, log_q, None, mine.bias, sources[role], log_q_checked=True
+    )
 
 
 def _runs(source: str | Runs, num: int, name: str = "source") -> Runs:
@@ -215,12 +391,17 @@ class CandidateSet:
     source: str | Runs = "fixed"
 
     def __post_init__(self) -> None:
+        self._check(ids_checked=False)
+
+    def _check(self, *, ids_checked: bool, log_q_checked: bool = False) -> None:
+        """The constructor's checks; ``ids_checked``: the ids' values were checked already
+        (a constructor that gathered them from a table checked their range);
+        ``log_q_checked``: the log Q's values too (a draw's, made finite by its sampler or
+        checked by its own constructor)."""
         check_tensor("embeddings", self.embeddings, ("C", "d"), floating=True, allow_empty=True)
         num, device = self.embeddings.shape[0], self.embeddings.device
         object.__setattr__(self, "source", _runs(self.source, num))
         check_tensor("ids", self.ids, (num,), floating=False, allow_empty=True)
-        if self.ids.dtype == torch.bool:
-            raise ValueError("ids must be an integer tensor of ids, got torch.bool")
         if self.ids.dtype != torch.int64:
             object.__setattr__(self, "ids", self.ids.long())
         for name in ("ids", "log_q", "mask", "bias"):
@@ -233,7 +414,8 @@ class CandidateSet:
             _check_columns("log_q", self.log_q, num)
             if not self.log_q.is_floating_point():
                 raise ValueError(f"log_q must be a floating-point tensor, got {self.log_q.dtype}")
-            check_finite("log_q", self.log_q)
+            if not log_q_checked:
+                check_finite("log_q", self.log_q)
         if self.mask is not None:
             _check_columns("mask", self.mask, num)
             if self.mask.dtype != torch.bool:
@@ -253,8 +435,8 @@ class CandidateSet:
             )
         if self.bias is not None:
             check_tensor("bias", self.bias, (num,), floating=True, allow_empty=True)
-        if get_validate_args() and num and int(self.ids.min()) < 0:
-            raise ValueError(f"ids must be >= 0, got {int(self.ids.min())}")
+        if not ids_checked:
+            check_ids("ids", self.ids, None)
 
     # ------------------------------------------------------------------ properties
     @classmethod
@@ -333,6 +515,25 @@ class CandidateSet:
 
     # ------------------------------------------------------------------ constructors
     @classmethod
+    def _checked(
+        cls,
+        embeddings,
+        ids,
+        log_q=None,
+        mask=None,
+        bias=None,
+        source: str | Runs = "fixed",
+        *,
+        log_q_checked: bool = False,
+    ) -> CandidateSet:
+        """A set whose ids were range-checked by the caller (gathered from a table or
+        checked against an encoder): every other field is checked as in the constructor."""
+        out = cls._unchecked(embeddings, ids, log_q, mask, bias)
+        object.__setattr__(out, "source", source)
+        out._check(ids_checked=True, log_q_checked=log_q_checked)
+        return out
+
+    @classmethod
     def from_ids(
         cls,
         ids: torch.Tensor,
@@ -347,38 +548,39 @@ class CandidateSet:
         """Columns for given ``ids`` (C,), rows gathered from ``classes`` (table or encoder).
 
         ``log_q``: (C,), (B, C), a float given to every column (e.g. 0 = an expected count
-        of 1, a mined negative), or None; ``mask``: (C,) or (B, C) bool, True = valid;
-        ``source``: how the ids came to be (:data:`SOURCES`; default ``"fixed"``, distinct
-        ids, whose hits a softmax removes);
-        ``class_bias``: (|V|,) per-class score bias, gathered at ``ids``: |V| is the
-        table's number of rows, and with an item encoder every id must be
-        < ``len(class_bias)``. Half-precision tables are gathered as in
-        :func:`gather_rows` (float32 gradients of repeated ids).
+        of 1, a mined negative), or None (default: no correction); ``mask``: (C,) or (B, C)
+        bool, True = valid (default None: every column valid); ``source``: how the ids came
+        to be (:data:`SOURCES`; default ``"fixed"``, distinct ids, whose hits a softmax
+        removes); ``class_bias``: (|V|,)
+        per-class score bias, gathered at ``ids``: |V| is the table's number of rows, and
+        with an item encoder every id must be < ``len(class_bias)``. Half-precision tables
+        are gathered as in :func:`gather_rows` (float32 gradients of repeated ids).
         """
         check_tensor("ids", ids, ("C",), floating=False, allow_empty=True)
+        sparse = check_bool("sparse", sparse)
+        if isinstance(log_q, bool) or not (
+            log_q is None or isinstance(log_q, (int, float, torch.Tensor))
+        ):
+            raise ValueError(f"log_q must be a tensor, a number or None, got {log_q!r}")
+        if isinstance(log_q, (int, float)) and not math.isfinite(log_q):
+            raise ValueError(f"log_q must be finite, got {log_q!r}")
         _runs(source, 0)  # a bad name fails before the gather
-        if class_bias is not None:
-            check_tensor("class_bias", class_bias, ("|V|",), floating=True)
-            if isinstance(classes, torch.Tensor) and classes.dim() == 2:
-                check_same(
-                    "number of classes |V|",
-                    classes=classes.shape[0],
-                    class_bias=class_bias.shape[0],
-                )
-            else:  # an item encoder has no |V| of its own: class_bias sets it
-                check_ids(
-                    f"ids (indices into class_bias of length {class_bias.shape[0]})",
-                    ids,
-                    class_bias.shape[0],
-                )
-        embeddings = gather_rows(classes, ids, sparse=sparse)
+        _check_table_and_bias(classes, class_bias, ids)
+        return cls._from_checked_ids(ids, classes, log_q, mask, class_bias, sparse, source)
+
+    @classmethod
+    def _from_checked_ids(
+        cls, ids, classes, log_q, mask, class_bias, sparse, source="fixed", log_q_checked=False
+    ) -> CandidateSet:
+        """:meth:`from_ids` of checked ``ids``, ``classes`` and ``class_bias``."""
+        embeddings = _gather_rows(classes, ids, sparse, "classes")
         ids = ids.to(embeddings.device)
-        if isinstance(log_q, (int, float)) and not isinstance(log_q, bool):
+        if isinstance(log_q, (int, float)):
             log_q = torch.full(ids.shape, float(log_q), device=embeddings.device)
         bias = None
         if class_bias is not None:
             bias = class_bias[ids.to(class_bias.device).long()].to(embeddings.device)
-        return cls(embeddings, ids, log_q, mask, bias, source)
+        return cls._checked(embeddings, ids, log_q, mask, bias, source, log_q_checked=log_q_checked)
 
     @classmethod
     def from_draw(
@@ -394,24 +596,19 @@ class CandidateSet:
 
         Rows of ``draw.ids`` from a class table (|V|, d) or an item encoder; ``log_q`` =
         ``draw.log_q``, the log expected count of each sampled id under the draw (TF's
-        ``sampled_expected_count``), or None with ``correct=False`` (negative sampling).
-        Source ``"unique"`` for a unique draw, ``"replacement"`` otherwise: the default hit
-        rule then removes a unique draw's hits and keeps those of draws with replacement.
-        Chapters 3–5.
+        ``sampled_expected_count``), with ``correct=True`` (the default), or None with
+        ``correct=False`` (negative sampling). Source ``"unique"`` for a unique draw,
+        ``"replacement"`` otherwise: the default hit rule then removes a unique draw's hits
+        and keeps those of draws with replacement. A float16 / bfloat16 table is gathered
+        together with the positives of the same draw (see :meth:`positives_of`). Chapters
+        3–5.
         """
-        from candidate_sampling.sampling.samplers import CandidateDraw
-
-        if not isinstance(draw, CandidateDraw):
-            raise ValueError(f"draw must be a CandidateDraw, got {type(draw).__name__}")
+        _check_draw(draw)
         correct = check_bool("correct", correct)
-        return cls.from_ids(
-            draw.ids,
-            classes,
-            log_q=draw.log_q if correct else None,
-            class_bias=class_bias,
-            sparse=sparse,
-            source="unique" if draw.unique else "replacement",
-        )
+        sparse = check_bool("sparse", sparse)
+        _check_table_and_bias(classes, class_bias, draw.ids, name="draw.ids")
+        log_q = draw.log_q if correct else None
+        return _with_the_other_half(cls, draw, "draw", draw.ids, classes, log_q, class_bias, sparse)
 
     @classmethod
     def positives_of(
@@ -434,35 +631,29 @@ class CandidateSet:
         positives (other ids, another shape, or no ``positive_log_q``) is an error
         (:meth:`~candidate_sampling.sampling.samplers.CandidateDraw.check_positive_ids`;
         the ids are a value check, skipped when validation is off).
-        ``correct=False`` or no draw: no correction. Chapters 3–4.
+        ``correct=False`` or no draw (the default, None): no correction.
+
+        **Half precision.** With a float16 / bfloat16 table and a draw, the rows of the
+        positives and of ``draw.ids`` are gathered in one call (:func:`gather_rows`: each
+        distinct row upcast once), whichever of this method and :meth:`from_draw` comes
+        first; the other one takes its rows from it. An id that is both a positive and a
+        sampled candidate (an accidental hit) then gets its two gradients summed in float32
+        and cast once: two gathers would cast each to float16 alone, where two large
+        opposite halves overflow and meet as ``+inf − inf = NaN`` in the table's gradient.
+        Chapters 3–4.
         """
-        if not isinstance(positive_ids, torch.Tensor) or positive_ids.dim() not in (1, 2):
-            got = tuple(positive_ids.shape) if isinstance(positive_ids, torch.Tensor) else None
-            raise ValueError(f"positive_ids must have shape (B,) or (B, T), got {got}")
-        correct = check_bool("correct", correct)
-        log_q = None
-        if draw is not None and correct:
-            # the one check that the draw belongs to these ids (made with them; their
-            # shape; the ids themselves while validation is on)
-            draw.check_positive_ids(positive_ids)
-            log_q = draw.positive_log_q
-            if log_q is None:  # a hand-built draw with ids but no expected counts
-                raise ValueError(
-                    "draw.positive_log_q is None: the draw carries no expected count for "
-                    "its positive_ids (sample with positive_ids=...)"
-                )
-            if get_validate_args() and bool(torch.isneginf(log_q).any()):
-                raise ValueError(
-                    "draw.positive_log_q is -inf for some positive id: the proposal cannot "
-                    "draw it (an excluded id?), so the sampled loss is undefined for that row"
-                )
-            log_q = log_q.reshape(-1)
+        positive_ids, log_q = _positives_and_log_q(positive_ids, classes, draw, correct)
+        sparse = check_bool("sparse", sparse)
         flat = positive_ids.reshape(-1)
-        out = cls.from_ids(flat, classes, class_bias=class_bias, sparse=sparse)
-        if log_q is not None:
-            # the draw's own dtype, as from_draw keeps it (a float64 draw stays exact)
-            out = cls(out.embeddings, out.ids, log_q.to(out.device), None, out.bias)
-        return out
+        _check_table_and_bias(classes, class_bias, flat, name="positive_ids")
+        if draw is None or positive_ids is not draw.positive_ids:
+            # a draw's positive log Q: NaN and +inf refused by the draw, -inf just above
+            return cls._from_checked_ids(
+                flat, classes, log_q, None, class_bias, sparse, log_q_checked=True
+            )
+        return _with_the_other_half(
+            cls, draw, "positives", flat, classes, log_q, class_bias, sparse
+        )
 
     @classmethod
     def from_batch(
@@ -483,19 +674,26 @@ class CandidateSet:
         a queue of past positives); ``frequency_estimator`` (a
         :class:`~candidate_sampling.sampling.frequency.StreamingFrequencyEstimator`) →
         its ``log_inclusion``, which equals the log expected count for rare items
-        (chapter 5). Neither: no correction. Source ``"batch"``: a copy of a row's positive
-        among the other rows' is kept by default (chapter 5).
+        (chapter 5). Neither (the default): no correction; ``num_draws`` then is an error
+        (it scales ``item_probabilities`` only). Source ``"batch"``: a copy of a row's
+        positive among the other rows' is kept by default (chapter 5).
         """
         check_tensor("embeddings", embeddings, ("B", "d"), floating=True)
-        check_tensor("ids", ids, (embeddings.shape[0],), floating=False)
+        check_tensor("ids", ids, ("B",), floating=False)
+        check_same("batch size B", embeddings=embeddings.shape[0], ids=ids.shape[0])
         if item_probabilities is not None and frequency_estimator is not None:
             raise ValueError("give item_probabilities or frequency_estimator, not both")
+        if num_draws is not None and item_probabilities is None:
+            raise ValueError(
+                "num_draws needs item_probabilities (it is the n of log(n·p(y))); "
+                f"got num_draws={num_draws!r} without them"
+            )
         log_q = None
         if item_probabilities is not None:
             from candidate_sampling.sampling.frequency import batch_log_q
 
             n = embeddings.shape[0] if num_draws is None else num_draws
-            log_q = batch_log_q(ids, item_probabilities, num_draws=n)
+            log_q = batch_log_q(ids, item_probabilities, num_draws=n)  # checks the ids
         elif frequency_estimator is not None:
             from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator
 
@@ -504,11 +702,13 @@ class CandidateSet:
                     "frequency_estimator must be a StreamingFrequencyEstimator, got "
                     f"{type(frequency_estimator).__name__}"
                 )
-            log_q = frequency_estimator.log_inclusion(ids)
+            log_q = frequency_estimator.log_inclusion(ids)  # checks the ids
         ids = ids.to(embeddings.device)
         if log_q is not None:
             log_q = log_q.to(embeddings.device, torch.float32)
-        return cls(embeddings, ids, log_q, source="batch")
+            # batch_log_q is finite by construction (it refuses a probability of 0)
+            return cls._checked(embeddings, ids, log_q, source="batch", log_q_checked=True)
+        return cls(embeddings, ids, source="batch")
 
     # ------------------------------------------------------------------ combining
     @staticmethod
@@ -528,12 +728,12 @@ class CandidateSet:
             _check_candidate_set(f"sets[{i}]", s)
         if len(sets) == 1:
             return sets[0]
-        dims = {s.dim for s in sets}
-        if len(dims) > 1:
-            raise ValueError(f"every set must have the same embedding size d, got {sorted(dims)}")
-        devices = {s.device for s in sets}
-        if len(devices) > 1:
-            raise ValueError(f"every set must be on one device, got {sorted(map(str, devices))}")
+        if len({s.dim for s in sets}) > 1:
+            listed = ", ".join(f"sets[{i}]: {s.dim}" for i, s in enumerate(sets))
+            raise ValueError(f"every set must have the same embedding size d, got {listed}")
+        if len({s.device for s in sets}) > 1:
+            listed = ", ".join(f"sets[{i}]: {s.device}" for i, s in enumerate(sets))
+            raise ValueError(f"every set must be on one device, got {listed}")
         rows = {s.batch_size for s in sets} - {None}
         if len(rows) > 1:
             raise ValueError(f"per-row (B, C) parts must agree on B, got {sorted(rows)}")
@@ -576,7 +776,13 @@ class CandidateSet:
     def select(self, columns: torch.Tensor | slice) -> CandidateSet:
         """The columns ``columns`` (an index tensor or a slice) of this set, with their
         log Q, mask, bias and source (an index tensor into a set of several sources is read
-        on the host)."""
+        on the host).
+
+        ``columns``: a slice, a (C',) integer tensor of column indices in ``[0, C)`` (a
+        value check; a negative index is an error, not counted from the end) or a (C,)
+        bool tensor (True = keep)."""
+        if not isinstance(columns, slice):
+            _check_columns_index(columns, self.num_candidates)
 
         def pick(t):
             return None if t is None else t[..., columns]

@@ -79,6 +79,7 @@ def book_seed(seed: int = 0) -> int:
     With the variable unset this is ``seed`` itself. Chapters wrap every literal seed in it
     (``torch.manual_seed(book_seed(3))``), so one environment variable changes every random
     stream of the book at once.
+    Defaults: ``seed=0``.
     """
     return check_seed(seed) + SEED_STRIDE * seed_offset()
 
@@ -125,6 +126,14 @@ def time_calls(
         raise ValueError(f"repeats must be an int >= 1, got {repeats!r}")
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be an int >= 0, got {warmup!r}")
+    if isinstance(max_repeats, bool) or not isinstance(max_repeats, int) or max_repeats < 1:
+        raise ValueError(f"max_repeats must be an int >= 1, got {max_repeats!r}")
+    if (
+        isinstance(min_seconds, bool)
+        or not isinstance(min_seconds, (int, float))
+        or not 0 <= min_seconds < float("inf")
+    ):
+        raise ValueError(f"min_seconds must be a finite number >= 0, got {min_seconds!r}")
     device = torch.device(device) if device is not None else get_device()
     for _ in range(warmup):
         fn()

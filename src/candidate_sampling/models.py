@@ -38,12 +38,16 @@ from candidate_sampling.sampling.hashing import (
     draw_hash_parameters,
 )
 from candidate_sampling._validate import (
+    _is_compiling,
     check_bool,
+    check_module,
+    check_real,
     check_ids,
     check_int_range,
     check_positive,
     check_seed,
     check_tensor,
+    common_float_dtype,
     get_validate_args,
 )
 
@@ -71,6 +75,7 @@ class ItemTower(nn.Module):
     ``(m·H, d)`` table (hash function ``k`` owns rows ``[k·H, (k+1)·H)``) and
     ``v(y) = Σ_k E[k·H + h_k(y)]`` — computed by ``nn.EmbeddingBag(mode="sum")``. Two items
     share a vector only if they collide under every hash function.
+    Defaults: ``init_scale=0.05``, ``seed=0``.
     """
 
     def __init__(
@@ -128,6 +133,10 @@ class ItemTower(nn.Module):
     def forward(self, item_ids: torch.Tensor) -> torch.Tensor:
         """``item_ids``: any shape of ids in ``[0, num_items)`` → ``(*shape, d)``."""
         check_ids("item_ids", item_ids, self.num_items)
+        return self._embed(item_ids)
+
+    def _embed(self, item_ids: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` of ids already checked against ``[0, num_items)``."""
         if self.num_hashes == 0:
             return self.embedding(item_ids)
         flat = self._rows(item_ids.reshape(-1))  # (n, m)
@@ -162,6 +171,7 @@ class UserTower(nn.Module):
     enables the history bag (``None`` disables it). ``history`` is a ``(B, L)`` tensor of
     item ids padded with ``-1``; padding is excluded from the mean and an empty history
     contributes the zero vector. At least one of the two parts must be enabled.
+    Defaults: ``dim=32``, ``init_scale=0.05``.
     """
 
     def __init__(
@@ -324,6 +334,13 @@ class TwoTowerModel(nn.Module):
 
     def __init__(self, user_tower: UserTower, item_tower: ItemTower) -> None:
         super().__init__()
+        if not isinstance(user_tower, (UserTower, SharedHistoryTower)):
+            raise ValueError(
+                f"user_tower must be a UserTower or a SharedHistoryTower, got "
+                f"{type(user_tower).__name__}"
+            )
+        if not isinstance(item_tower, ItemTower):
+            raise ValueError(f"item_tower must be an ItemTower, got {type(item_tower).__name__}")
         if user_tower.dim != item_tower.dim:
             raise ValueError(
                 f"user_tower and item_tower must share the embedding size d, got "
@@ -339,11 +356,23 @@ class TwoTowerModel(nn.Module):
         user_ids: torch.Tensor | None = None,
         history: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.user_tower(user_ids, history), self.item_tower(positive_ids)
+        check_tensor("positive_ids", positive_ids, ("B",), floating=False)
+        check_ids("positive_ids", positive_ids, self.item_tower.num_items)
+        query = self.user_tower(user_ids, history)
+        if query.shape[0] != positive_ids.shape[0]:
+            raise ValueError(
+                f"positive_ids must have one id per user, B = {query.shape[0]}, got "
+                f"{positive_ids.shape[0]}"
+            )
+        return query, self.item_tower._embed(positive_ids)
 
     def score(self, query: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
-        """``(B, d) × (C, d) → (B, C)`` scores ``u·v``."""
-        return query @ candidates.T
+        """``(B, d) × (C, d) → (B, C)`` scores ``u·v``, in at least float32 (the
+        promotion of the two dtypes, as every loss)."""
+        check_tensor("query", query, ("B", "d"), floating=True)
+        check_tensor("candidates", candidates, ("C", query.shape[1]), floating=True)
+        dtype = common_float_dtype(query=query, candidates=candidates)
+        return query.to(dtype) @ candidates.to(dtype).T
 
 
 def sparse_parameters(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
@@ -352,6 +381,7 @@ def sparse_parameters(module: nn.Module) -> tuple[list[nn.Parameter], list[nn.Pa
     A parameter is sparse when it is the weight of an ``nn.Embedding`` / ``nn.EmbeddingBag``
     built with ``sparse=True``.
     """
+    check_module("module", module)
     sparse_ids = set()
     for sub in module.modules():
         if isinstance(sub, (nn.Embedding, nn.EmbeddingBag)) and sub.sparse:
@@ -393,25 +423,62 @@ class _CausalBlock(nn.Module):
         return x + self.drop(self.mlp(self.mlp_norm(x)))
 
 
+def _roll_rows(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    """Each row ``b`` of ``x`` (B, L, ...) rolled right by ``shift[b]`` columns."""
+    length = x.shape[1]
+    cols = (torch.arange(length, device=x.device)[None, :] - shift[:, None]) % length
+    index = cols.view(*cols.shape, *([1] * (x.dim() - 2))).expand_as(x)
+    return x.gather(1, index)
+
+
+def _left_aligned(history: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``history`` with every row's padding on the left, and each row's shift (None when
+    every row is already left-padded). A row padded on the right (``pad_sequence``) is
+    rolled right by its number of trailing -1s; padding on both sides, or a -1 between
+    items, is an error (a value check)."""
+    real = history >= 0
+    length = history.shape[1]
+    cols = torch.arange(length, device=history.device)
+    last = torch.where(real, cols, torch.full_like(cols, -1)).amax(1)  # -1: no item
+    shift = torch.where(last >= 0, length - 1 - last, torch.zeros_like(last))
+    aligned = _roll_rows(history, shift)
+    if get_validate_args() and history.numel():
+        now_real = aligned >= 0
+        if bool((now_real[:, :-1] & ~now_real[:, 1:]).any()):
+            row = int((now_real[:, :-1] & ~now_real[:, 1:]).any(1).nonzero()[0])
+            raise ValueError(
+                "history must be padded with -1 on one side only (left, as history_windows, "
+                f"or right, as pad_sequence), got padding inside row {row}: "
+                f"{history[row].tolist()}"
+            )
+    if _is_compiling() or bool(shift.any()):
+        return aligned, shift
+    return history, None
+
+
 class SASRec(nn.Module):
     """A small SASRec-style next-item model (Kang & McAuley 2018), chapter 10.
 
-    ``history``: (B, L) item ids in ``[0, num_items)``, **left-padded with -1** (the
-    padding of :func:`candidate_sampling.data.history_windows`), oldest first, ``L ≤
-    max_len``. Each item id is embedded (``E``: (|V|, d)), a learned position embedding
-    is added (position ``max_len − L + t`` for column ``t``, so the most recent item always
-    has position ``max_len − 1``), and ``num_blocks`` pre-norm Transformer blocks apply
-    **causal** self-attention: the state at column ``t`` sees columns ``≤ t`` only, and
-    never a padded column. :meth:`forward` returns the states ``h``: (B, L, d), zero at
-    padded columns. The output classes are the **tied** item embeddings: the score of
-    item ``y`` after the prefix ending at ``t`` is ``s = h_t · E_y``
-    (:meth:`item_embeddings`), so any loss of the package — the full softmax, a sampled
-    softmax, BCE with sampled negatives, gBCE — trains the same model from ``h`` and
-    ``E``. :meth:`user_states` gives the state after the whole history, (B, d): the
-    query a user is ranked with.
+    ``history``: (B, L) item ids in ``[0, num_items)``, oldest first, ``L ≤ max_len``,
+    padded with -1 on one side: **left** (the padding of
+    :func:`candidate_sampling.data.history_windows`) or right (``pad_sequence``'s default);
+    a right-padded row is moved to the right first, so both give the same states (padding on
+    both sides or inside a row is an error, a value check). Each item id is embedded (``E``:
+    (|V|, d)), a learned position embedding is added (position ``max_len − L + t`` for
+    column ``t``, so the most recent item always has position ``max_len − 1``), and
+    ``num_blocks`` pre-norm Transformer blocks apply **causal** self-attention: the state at
+    column ``t`` sees columns ``≤ t`` only, and never a padded column. :meth:`forward`
+    returns the states ``h``: (B, L, d), zero at padded columns. The output classes are the
+    **tied** item embeddings: the score of item ``y`` after the prefix ending at ``t`` is
+    ``s = h_t · E_y`` (:meth:`item_embeddings`), so any loss of the package — the full
+    softmax, a sampled softmax, BCE with sampled negatives, gBCE — trains the same model
+    from ``h`` and ``E``. :meth:`user_states` gives the state after the whole history, (B,
+    d): the query a user is ranked with.
 
     Dropout (``dropout``) on the input, attention weights, residual branches and MLP;
     item and position tables are drawn from ``N(0, init_std²)``.
+    Defaults: ``dim=64``, ``num_blocks=2``, ``num_heads=1``, ``dropout=0.2``,
+    ``init_std=0.05``.
     """
 
     def __init__(
@@ -433,7 +500,7 @@ class SASRec(nn.Module):
         check_int_range("num_heads", num_heads, 1)
         if dim % num_heads:
             raise ValueError(f"dim must be divisible by num_heads={num_heads}, got {dim}")
-        if isinstance(dropout, bool) or not 0.0 <= float(dropout) < 1.0:
+        if not 0.0 <= check_real("dropout", dropout) < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
         check_positive("init_std", init_std)
         self.num_items, self.dim, self.max_len = num_items, dim, max_len
@@ -452,8 +519,6 @@ class SASRec(nn.Module):
 
     def _check_history(self, history: torch.Tensor) -> None:
         check_tensor("history", history, ("B", "L"), floating=False)
-        if history.dtype == torch.bool:
-            raise ValueError("history must be an integer tensor of item ids, got torch.bool")
         if history.shape[1] > self.max_len:
             raise ValueError(
                 f"history must have at most max_len = {self.max_len} columns, "
@@ -468,8 +533,19 @@ class SASRec(nn.Module):
             )
 
     def forward(self, history: torch.Tensor) -> torch.Tensor:
-        """``history`` (B, L), -1 = padding → states ``h`` (B, L, d), zero where padded."""
+        """``history`` (B, L), -1 = padding → states ``h`` (B, L, d), zero where padded.
+
+        The states are in ``history``'s own columns (a right-padded row's states are on the
+        left, where its items are)."""
         self._check_history(history)
+        left, shift = _left_aligned(history)
+        states = self._states(left)
+        if shift is None:
+            return states
+        return _roll_rows(states, -shift)  # back to the caller's columns
+
+    def _states(self, history: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` of a checked, left-padded ``history``."""
         length = history.shape[1]
         real = history >= 0  # (B, L)
         ids = torch.where(real, history, torch.full_like(history, self.num_items))
@@ -487,8 +563,11 @@ class SASRec(nn.Module):
         return self.final_norm(x) * real[..., None]
 
     def user_states(self, history: torch.Tensor) -> torch.Tensor:
-        """``(B, d)`` state after the last column (the most recent item): the query."""
-        return self(history)[:, -1]
+        """``(B, d)`` state after each row's most recent item (its last column once left-
+        aligned): the query. A row of padding only gives the zero vector."""
+        self._check_history(history)
+        left, _ = _left_aligned(history)
+        return self._states(left)[:, -1]
 
     def item_embeddings(self) -> torch.Tensor:
         """``(|V|, d)`` the tied output classes ``E`` (the padding row left out)."""

@@ -24,7 +24,10 @@ from torch import nn
 from candidate_sampling._validate import (
     check_bool,
     check_choice,
+    check_generator,
     check_int_range,
+    check_module,
+    check_nonnegative,
     check_positive,
     check_seed,
 )
@@ -42,6 +45,16 @@ class OptimizerGroup:
     """Several optimizers stepped together (e.g. SparseAdam for embeddings + Adam for the rest)."""
 
     def __init__(self, optimizers: Sequence[torch.optim.Optimizer]) -> None:
+        if isinstance(optimizers, (str, bytes)) or not isinstance(optimizers, Sequence):
+            raise ValueError(
+                "optimizers must be a sequence of torch optimizers, got "
+                f"{type(optimizers).__name__}"
+            )
+        for i, opt in enumerate(optimizers):
+            if not isinstance(opt, torch.optim.Optimizer):
+                raise ValueError(
+                    f"optimizers[{i}] must be a torch.optim.Optimizer, got {type(opt).__name__}"
+                )
         self.optimizers = list(optimizers)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -68,11 +81,12 @@ def make_optimizer(
     ``initial_accumulator_value=0.1`` for TF's steps (to about 5e-7 relative: Keras adds
     its epsilon 1e-7 under the square root, PyTorch 1e-10 after it). ``"sgd"``: plain SGD
     (sparse-capable). ``"adam"``: Adam, with ``SparseAdam`` for sparse embeddings.
+    Defaults: ``name="adagrad"``, ``lr=0.1``.
     """
+    check_module("model", model)
     check_choice("name", name, OPTIMIZERS)
     check_positive("lr", lr)
-    if initial_accumulator_value < 0:
-        raise ValueError(f"initial_accumulator_value must be >= 0, got {initial_accumulator_value}")
+    check_nonnegative("initial_accumulator_value", initial_accumulator_value)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters")
@@ -105,6 +119,22 @@ def _adam(params: list[nn.Parameter], lr: float) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr)
 
 
+def _check_tensors(name: str, tensors: Sequence[torch.Tensor]) -> None:
+    """A non-empty sequence of tensors with at least one dimension each."""
+    if isinstance(tensors, (str, bytes, torch.Tensor)) or not isinstance(tensors, Sequence):
+        raise ValueError(
+            f"{name} must be a sequence of tensors, e.g. (x, y), got {type(tensors).__name__}"
+        )
+    if not tensors:
+        raise ValueError(f"{name} must hold at least one tensor")
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor) or t.dim() < 1:
+            raise ValueError(
+                f"{name}[{i}] must be a tensor with a first (batch) dimension, got "
+                f"{type(t).__name__}"
+            )
+
+
 def iterate_batches(
     tensors: Sequence[torch.Tensor],
     batch_size: int,
@@ -116,11 +146,12 @@ def iterate_batches(
     """Yield tuples of mini-batches of ``tensors`` (equal first dimension), in a random order.
 
     The permutation is drawn on the CPU with ``generator`` and moved to the tensors' device.
+    Defaults: ``shuffle=True``, ``drop_last=False``.
     """
     check_int_range("batch_size", batch_size, 1)
     shuffle, drop_last = check_bool("shuffle", shuffle), check_bool("drop_last", drop_last)
-    if not tensors:
-        raise ValueError("tensors must hold at least one tensor")
+    _check_tensors("tensors", tensors)
+    check_generator("generator", generator, "cpu")
     n = tensors[0].shape[0]
     for i, t in enumerate(tensors):
         if t.shape[0] != n:
@@ -157,13 +188,16 @@ def train(
     without gradients) returns metrics added to the epoch's row. Columns: ``epoch``,
     ``loss`` (mean batch loss), ``seconds`` (training time of the epoch) and the metrics.
     Runs wherever the model's parameters are (CUDA, MPS or CPU).
+    Defaults: ``seed=0``, ``drop_last=False``.
     """
     import pandas as pd
     from tqdm.auto import tqdm
 
+    check_module("model", model)
     check_int_range("epochs", epochs, 1)
     check_int_range("batch_size", batch_size, 1)
     drop_last, progress = check_bool("drop_last", drop_last), check_bool("progress", progress)
+    _check_tensors("data", data)
     device = next(model.parameters()).device
     data = [t.to(device) for t in data]
     optimizer = optimizer if optimizer is not None else make_optimizer(model)

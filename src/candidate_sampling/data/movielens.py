@@ -67,8 +67,10 @@ import pooch
 import torch
 
 from candidate_sampling._validate import (
+    check_ids,
     check_int_range,
     check_parallel,
+    check_real,
     check_seed,
     get_validate_args,
 )
@@ -497,7 +499,7 @@ def random_split(
     """
     if isinstance(num, bool) or not isinstance(num, int) or num < 2:
         raise ValueError(f"num must be an int >= 2, got {num!r}")
-    if not 0 < train_fraction < 1:
+    if not 0 < check_real("train_fraction", train_fraction) < 1:
         raise ValueError(f"train_fraction must lie in (0, 1), got {train_fraction!r}")
     cut = int(round(train_fraction * num))
     if not 0 < cut < num:
@@ -525,6 +527,7 @@ def history_windows(
         "number of events n", user_index=user_index, item_index=item_index, position=position
     )
     check_int_range("length", length, 1)
+    check_ids("item_index", item_index, None)  # -1 is the padding: an item is >= 0
     n = item_index.shape[0]
     first = torch.arange(n, device=item_index.device) - position  # each user's first event
     if get_validate_args() and n:

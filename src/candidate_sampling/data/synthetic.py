@@ -39,6 +39,8 @@ from candidate_sampling._validate import (
     check_positive,
     check_seed,
     check_tensor,
+    check_generator,
+    common_float_dtype,
 )
 from candidate_sampling.device import exact_float64, has_float64
 
@@ -63,7 +65,8 @@ def zipf_probabilities(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Zipf law over ranks: ``p_r ∝ 1 / (r + 1)^exponent`` for r = 0 … |V|−1; shape (|V|,)."""
+    """Zipf law over ranks: ``p_r ∝ 1 / (r + 1)^exponent`` for r = 0 … |V|−1; shape (|V|,).
+    Defaults: ``dtype=torch.float32``."""
     check_int_range("num_items", num_items, 1)
     check_positive("exponent", exponent)
     check_float_dtype("dtype", dtype)
@@ -115,7 +118,8 @@ class SyntheticSoftmax:
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """True logits ``s*(x, y)`` for every class: (n, d) → (n, |V|)."""
         check_tensor("x", x, ("n", self.dim), floating=True)
-        return x @ self.weights.T + self.bias
+        dtype = common_float_dtype(x=x, weights=self.weights)  # float16 x: scored in float32
+        return x.to(dtype) @ self.weights.to(dtype).T + self.bias.to(dtype)
 
     def log_probs(self, x: torch.Tensor) -> torch.Tensor:
         """True ``log P(y | x)`` for every class: (n, d) → (n, |V|)."""
@@ -133,6 +137,7 @@ class SyntheticSoftmax:
         ``generator`` must live on the problem's device (``torch.Generator(device)``).
         """
         check_int_range("num_examples", num_examples, 1)
+        check_generator("generator", generator, self.device)
         if self.contexts is None:
             y = torch.multinomial(self.prior, num_examples, replacement=True, generator=generator)
             noise = torch.randn(num_examples, self.dim, device=self.device, generator=generator)
@@ -163,12 +168,14 @@ def make_softmax_problem(
     Class means μ_y ~ N(0, separation² I) in ``dim`` dimensions; features x = μ_y + N(0, I).
     Larger ``separation`` makes classes easier to tell apart. Parameters are drawn on the
     CPU from ``seed`` and moved to ``device``, so a seed gives the same problem everywhere.
+    Defaults: ``dim=16``, ``zipf_exponent=1.0``, ``separation=1.0``, ``seed=0``.
     """
     check_int_range("num_items", num_items, 2)
     check_int_range("dim", dim, 1)
     check_positive("separation", separation)
     gen = torch.Generator().manual_seed(check_seed(seed))
     means = separation * torch.randn(num_items, dim, generator=gen, dtype=torch.float64)
+    check_positive("zipf_exponent", zipf_exponent)
     prior = zipf_probabilities(num_items, zipf_exponent, dtype=torch.float64)
     bias = torch.log(prior) - 0.5 * (means**2).sum(dim=1)
     return SyntheticSoftmax(
@@ -192,6 +199,7 @@ def make_context_problem(
 
     ``b`` is the log of a Zipf law and W has N(0, signal²) entries, so every context prefers
     the frequent classes and ``signal`` sets how much contexts differ from one another.
+    Defaults: ``dim=16``, ``zipf_exponent=1.0``, ``signal=1.0``, ``seed=0``.
     """
     check_int_range("num_items", num_items, 2)
     check_int_range("num_contexts", num_contexts, 1)
@@ -200,6 +208,7 @@ def make_context_problem(
     gen = torch.Generator().manual_seed(check_seed(seed))
     weights = signal * torch.randn(num_items, dim, generator=gen)
     contexts = torch.randn(num_contexts, dim, generator=gen) / dim**0.5
+    check_positive("zipf_exponent", zipf_exponent)
     prior = zipf_probabilities(num_items, zipf_exponent)
     return SyntheticSoftmax(
         weights=weights.to(device),
@@ -323,6 +332,7 @@ class PlantedRetrieval:
         ``O(n · |V|)``. ``generator`` must live on the problem's device. The pairs are
         returned in a random order.
         """
+        check_generator("generator", generator, self.device)
         if user_ids is None:
             check_int_range("num_examples", num_examples, 1)
             users = torch.randint(
@@ -381,6 +391,7 @@ def make_planted_retrieval(
     marginal popularity of item ``y`` stays close to ``π_y`` (item 0 the most popular).
     Parameters are drawn on the CPU from ``seed`` (the same problem on every device) and
     moved to ``device``. Returns a :class:`PlantedRetrieval`.
+    Defaults: ``dim=16``, ``zipf_exponent=1.0``, ``signal=1.5``, ``seed=0``.
     """
     check_int_range("num_users", num_users, 1)
     check_int_range("num_items", num_items, 2)
@@ -390,6 +401,7 @@ def make_planted_retrieval(
     gen = torch.Generator().manual_seed(check_seed(seed))
     items = torch.randn(num_items, dim, generator=gen, dtype=torch.float64)
     users = (signal / dim**0.5) * torch.randn(num_users, dim, generator=gen, dtype=torch.float64)
+    check_positive("zipf_exponent", zipf_exponent)
     prior = zipf_probabilities(num_items, zipf_exponent, dtype=torch.float64)
     bias = torch.log(prior) - signal**2 * (items**2).sum(1) / (2 * dim)
     return PlantedRetrieval(

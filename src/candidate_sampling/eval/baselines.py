@@ -28,11 +28,14 @@ from __future__ import annotations
 import torch
 
 from candidate_sampling._validate import (
+    check_counts,
     check_finite,
     check_float_dtype,
+    check_generator,
     check_ids,
     check_int_range,
     check_positive,
+    check_real_tensor,
     check_tensor,
 )
 from candidate_sampling.device import exact_float64, float64_or_float32
@@ -66,6 +69,7 @@ def interaction_matrix(
     ``known``: a :class:`~candidate_sampling.eval.known_pairs.KnownPairs` of the training
     pairs (repeated pairs count once); ``num_users``: U, at least ``known.num_users``
     (default: exactly that); ``dtype``: a floating dtype. On the table's device.
+    Defaults: ``dtype=torch.float32``.
     """
     check_known(known)
     if num_users is None:
@@ -100,12 +104,9 @@ def most_popular_scores(
     The same list for every user: as embeddings, a ``(U, 1)`` column of ones and
     ``most_popular_scores(counts)[:, None]`` as the ``(|V|, 1)`` items.
     """
-    check_tensor("counts", counts, ("|V|",))
-    check_finite("counts", counts)  # NaN would sort first: the "most popular" item
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(
-            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
-        )
+    check_real_tensor("counts", counts, ("|V|",))
+    check_counts("counts", counts, ("|V|",))  # NaN would sort first: the "most popular" item
+    check_generator("generator", generator)
     # float64, or float32 on MPS (no float64 there): −r is exact in float32 below 2^24 items
     dtype = float64_or_float32(counts.device)
     num_items = counts.shape[0]
@@ -247,5 +248,5 @@ def top_k_from_scores(
     with torch.no_grad():
         if known is not None:
             users = torch.arange(scores.shape[0], device=scores.device)
-            ranked = known.fill_(scores.clone(), users)
+            ranked = known._fill(scores.clone(), users)
         return torch.topk(ranked, k, dim=1).indices

@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 
 from candidate_sampling._validate import (
+    check_device,
     check_ids,
     check_int_range,
     check_parallel,
@@ -108,6 +109,7 @@ class KnownPairs:
 
     def to(self, device: torch.device | str) -> KnownPairs:
         """Move the table to ``device`` (returns ``self``)."""
+        device = check_device("device", device)
         self.keys = self.keys.to(device)
         self._users = self._users.to(device)
         self._counts = self._counts.to(device)
@@ -118,6 +120,7 @@ class KnownPairs:
 
     def check_catalogue(self, num_items: int, name: str = "known") -> None:
         """Raise unless the table was built for a catalogue of ``num_items`` items."""
+        check_int_range("num_items", num_items, 1)
         if self.num_items != num_items:
             raise ValueError(
                 f"{name} must be built for the catalogue of {num_items} items, got "
@@ -126,6 +129,7 @@ class KnownPairs:
 
     def check_users(self, num_users: int, name: str = "known") -> None:
         """Raise unless every stored user lies in ``[0, num_users)`` (e.g. embedding rows)."""
+        check_int_range("num_users", num_users, 0)
         if self.num_users > num_users:
             raise ValueError(
                 f"{name} holds pairs of user {self.num_users - 1}, but there are only "
@@ -134,8 +138,13 @@ class KnownPairs:
 
     # ------------------------------------------------------------------ questions
     def counts(self, user_index: torch.Tensor) -> torch.Tensor:
-        """(B,) int64: how many known items each user of ``user_index`` (B,) has (0 if none)."""
+        """(B,) int64: how many known items each user of ``user_index`` (B,) has (0 if none,
+        a user the table never saw or a negative index among them)."""
         check_tensor("user_index", user_index, ("B",), floating=False, allow_empty=True)
+        return self._counts_of(user_index)
+
+    def _counts_of(self, user_index: torch.Tensor) -> torch.Tensor:
+        """:meth:`counts` of checked users."""
         return self._rows(user_index.to(self.device).long())[1]
 
     def _rows(self, users: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,14 +162,23 @@ class KnownPairs:
 
         ``user_index``: (B,); ``item_ids``: (C,) shared by every row or (B, C) per row.
         Items outside ``[0, num_items)`` (the ``-1`` padding of mined negatives) and users
-        the table never saw are never known. Result on the table's device.
+        the table never saw (a negative index among them) are never known. Result on the
+        table's device.
         """
         check_tensor("user_index", user_index, ("B",), floating=False, allow_empty=True)
+        if not isinstance(item_ids, torch.Tensor) or item_ids.dim() not in (1, 2):
+            got = tuple(item_ids.shape) if isinstance(item_ids, torch.Tensor) else None
+            raise ValueError(f"item_ids must have shape (C,) or (B, C), got {got}")
+        shape = ("C",) if item_ids.dim() == 1 else (user_index.shape[0], "C")
+        check_tensor("item_ids", item_ids, shape, floating=False, allow_empty=True)
+        return self._mask(user_index, item_ids)
+
+    def _mask(self, user_index: torch.Tensor, item_ids: torch.Tensor) -> torch.Tensor:
+        """:meth:`mask` of checked arguments."""
         users = user_index.to(self.device).long()
         items = item_ids.to(self.device).long()
         if items.dim() == 1:
             items = items[None, :].expand(users.shape[0], -1)
-        check_tensor("item_ids", items, (users.shape[0], "C"), floating=False, allow_empty=True)
         valid = (items >= 0) & (items < self.num_items)
         valid &= ((users >= 0) & (users < self.num_users))[:, None]
         if self.num_users == 0:
@@ -178,7 +196,7 @@ class KnownPairs:
         check_parallel(
             "number of pairs n", allow_empty=True, user_index=user_index, item_ids=item_ids
         )
-        return self.mask(user_index, item_ids[:, None])[:, 0]
+        return self._mask(user_index, item_ids[:, None])[:, 0]
 
     def fill_(
         self, scores: torch.Tensor, user_index: torch.Tensor, value: float = float("-inf")
@@ -190,9 +208,18 @@ class KnownPairs:
         (B, |V|) mask is built). Returns ``scores``. The metrics compute the positive's
         score *before* calling it, so a known positive is never removed from its own
         ranking.
+        Defaults: ``value=-inf``.
         """
-        check_tensor("scores", scores, ("B", self.num_items))
+        check_tensor("scores", scores, ("B", self.num_items), floating=True)
         check_tensor("user_index", user_index, (scores.shape[0],), floating=False)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"value must be a number (-inf: removed), got {value!r}")
+        return self._fill(scores, user_index, value)
+
+    def _fill(
+        self, scores: torch.Tensor, user_index: torch.Tensor, value: float = float("-inf")
+    ) -> torch.Tensor:
+        """:meth:`fill_` of checked arguments."""
         users = user_index.to(self.device).long()
         if len(self) == 0 or users.numel() == 0:
             return scores

@@ -50,10 +50,12 @@ import torch
 from candidate_sampling._validate import (
     check_choice,
     check_finite,
+    check_generator,
     check_ids,
     check_int_range,
     check_parallel,
     check_probabilities,
+    check_real_tensor,
     check_same,
     check_tensor,
     common_float_dtype,
@@ -142,7 +144,9 @@ def check_pairs(
     check_parallel(
         "number of interactions n", user_index=user_index, positive_ids=positive_ids, **more
     )
+    check_int_range("num_items", num_items, 1)
     if num_users is not None:
+        check_int_range("num_users", num_users, 1)
         check_ids("user_index", user_index, num_users)
     check_ids("positive_ids", positive_ids, num_items)
 
@@ -155,8 +159,8 @@ def count_above(scores: torch.Tensor, positive_scores: torch.Tensor) -> torch.Te
     item) never counts. ``scores``: (n, m); ``positive_scores``: (n,), one per row (never
     broadcast). Chapters 5 and 9.
     """
-    check_tensor("scores", scores, ("n", "m"), allow_empty=True)
-    check_tensor("positive_scores", positive_scores, ("n",), allow_empty=True)
+    check_real_tensor("scores", scores, ("n", "m"))
+    check_real_tensor("positive_scores", positive_scores, ("n",))
     check_same("number of rows n", scores=scores.shape[0], positive_scores=positive_scores.shape[0])
     return _count_above(scores, positive_scores)
 
@@ -235,7 +239,7 @@ def _ranks_of_pairs(
             rows = score_rows(u)
             target_score = rows.gather(1, t[:, None])[:, 0]
             if known is not None:
-                known.fill_(rows, u)
+                known._fill(rows, u)
             ranks[start : start + step] = _count_above(rows, target_score)
         return ranks
     order = torch.argsort(users, stable=True)
@@ -252,7 +256,7 @@ def _ranks_of_pairs(
         )
         target_score = rows[row_of_pair, targets[lo:hi]]
         if known is not None:
-            known.fill_(rows, u)
+            known._fill(rows, u)
         for j in range(u.shape[0]):  # a user's pairs, at most `step` at a time (memory)
             for a in range(bounds[first + j], bounds[first + j + 1], step):
                 b = min(a + step, bounds[first + j + 1])
@@ -306,7 +310,7 @@ def _check_top_k(k: int, known: KnownPairs | None, num_users: int, num_items: in
     check_known(known, num_users, num_items)
     if known is None or not get_validate_args() or len(known) == 0:
         return
-    counts = known.counts(torch.arange(num_users, device=known.device))
+    counts = known._counts_of(torch.arange(num_users, device=known.device))
     most, user = (int(v) for v in counts.max(0))
     if k > num_items - most:
         raise ValueError(
@@ -344,7 +348,7 @@ def top_k_items(
             u = torch.arange(start, min(start + step, num_users), device=device)
             scores = user_embeddings[u] @ item_embeddings.T
             if known is not None:
-                known.fill_(scores, u)
+                known._fill(scores, u)
             out.append(torch.topk(scores, k, dim=1).indices)
     return torch.cat(out)
 
@@ -352,7 +356,8 @@ def top_k_items(
 def metrics_from_ranks(
     ranks: torch.Tensor, user_index: torch.Tensor, *, ks: Sequence[int] = (10, 50, 100)
 ) -> dict[str, float]:
-    """``hit_rate@K``, ``recall@K`` (per-user average) and ``ndcg@K`` from 0-based ranks."""
+    """``hit_rate@K``, ``recall@K`` (per-user average) and ``ndcg@K`` from 0-based ranks.
+    Defaults: ``ks=(10, 50, 100)``."""
     check_parallel("number of interactions n", ranks=ranks, user_index=user_index)
     _check_ranks(ranks, ks)
     return _metrics_from_ranks(ranks, user_index, ks)
@@ -364,8 +369,8 @@ def _check_ks(ks: Sequence[int]) -> None:
         raise ValueError(
             f"ks must be a sequence of ints, e.g. (10,), got {type(ks).__name__} {ks!r}"
         )
-    for k in ks:
-        check_int_range("k", k, 1)
+    for i, k in enumerate(ks):
+        check_int_range(f"ks[{i}]", k, 1)
 
 
 def _check_ranks(ranks: torch.Tensor, ks: Sequence[int]) -> None:
@@ -408,6 +413,7 @@ def retrieval_metrics(
     """Exact full-catalogue ``hit_rate@K``, ``recall@K`` and ``ndcg@K`` for every ``K`` in ``ks``.
 
     Shapes as in :func:`positive_ranks`. Chapter 5.
+    Defaults: ``ks=(10, 50, 100)``.
     """
     _check_ks(ks)
     ranks = positive_ranks(
@@ -443,11 +449,13 @@ def sample_unseen_negatives(
     score matrix, chapter 9) on the same negatives. ``generator`` lives on
     ``user_index``'s device. Raises ``ValueError`` when a row has fewer than m allowed
     items (always checked: the rounds of redraws would never end).
+    Defaults: ``num_negatives=100``.
     """
     check_int_range("num_users", num_users, 1)
     check_int_range("num_items", num_items, 1)
     check_pairs(user_index, positive_ids, num_users=num_users, num_items=num_items)
     check_known(known, num_users, num_items)
+    check_generator("generator", generator, user_index.device)
     return _sample_unseen(user_index, positive_ids, num_items, num_negatives, known, generator)
 
 
@@ -465,8 +473,8 @@ def _sample_unseen(
     device = users.device
     allowed = torch.full_like(users, num_items - 1)  # every item but the positive
     if known is not None:
-        positive_known = known.contains(users, targets).to(device)
-        allowed = allowed - known.counts(users).to(device) + positive_known.long()
+        positive_known = known._mask(users, targets[:, None])[:, 0].to(device)
+        allowed = allowed - known._counts_of(users).to(device) + positive_known.long()
     if bool((allowed < num_negatives).any()):
         worst = int(allowed.min())
         raise ValueError(
@@ -480,7 +488,7 @@ def _sample_unseen(
         bad = negatives == targets[:, None]
         bad[:, 1:] |= negatives[:, 1:] == negatives[:, :-1]  # a repeat within the row
         if known is not None:
-            bad |= known.mask(users, negatives).to(device)
+            bad |= known._mask(users, negatives).to(device)
         num_bad = int(bad.sum())
         if num_bad == 0:
             break
@@ -508,10 +516,12 @@ def sampled_ranks(
     metrics (chapter 9). Shapes as in :func:`positive_ranks`; ``generator`` lives on the
     item embeddings' device. Drawing is vectorised (:func:`sample_unseen_negatives`).
     Returns (n,) int64.
+    Defaults: ``num_negatives=100``.
     """
     num_users, num_items = _check_embeddings_and_pairs(
         user_embeddings, item_embeddings, user_index, positive_ids, known
     )
+    check_generator("generator", generator, item_embeddings.device)
     device = item_embeddings.device
     users, targets = user_index.to(device), positive_ids.to(device)
     negatives = _sample_unseen(users, targets, num_items, num_negatives, known, generator)
@@ -540,6 +550,7 @@ def sampled_metrics(
     ``num_negatives`` uniformly sampled unseen items instead of the whole catalogue
     (Krichene & Rendle 2020; chapter 9). With 100 negatives, ``hit_rate@10`` asks whether
     the positive beats all but at most 9 of 100 random items.
+    Defaults: ``ks=(10,)``.
     """
     _check_ks(ks)
     ranks = sampled_ranks(
@@ -565,7 +576,9 @@ def popularity_strata(popularity: torch.Tensor, num_strata: int = 10) -> torch.T
     stratum 0 holds the most popular ``|V| / num_strata`` items (deciles for 10). Item at
     position ``r`` of the order gets stratum ``⌊r · num_strata / |V|⌋``. Chapter 9.
     """
-    check_tensor("popularity", popularity, ("V",))
+    check_real_tensor("popularity", popularity, ("V",))
+    if not popularity.numel():
+        raise ValueError("popularity must not be empty, got shape (0,)")
     check_int_range("num_strata", num_strata, 1, popularity.shape[0])
     check_finite("popularity", popularity)  # NaN would sort as the most popular item
     num_items = popularity.shape[0]
@@ -602,6 +615,7 @@ def stratified_metrics(
     fraction), and :func:`metrics_from_ranks` of those pairs (NaN for an empty stratum).
     The strata partition the test set, so ``Σ_g share_g · hit_rate_g`` is the overall
     ``hit_rate`` (likewise ``ndcg``; ``recall`` is a per-user average and does not add up).
+    Defaults: ``ks=(10, 100)``.
     """
     num_strata = _check_strata(item_strata)
     check_pairs(
@@ -662,16 +676,14 @@ def user_bootstrap(
     NaN in ``values`` gives NaN (never dropped); a resample that holds no pair (``num_users``
     far above the users that have pairs) raises instead of giving 0 / 0. Chapters 5, 9
     and 10.
+    Defaults: ``num_resamples=2000``.
     """
     if not isinstance(values, torch.Tensor) or values.dim() not in (1, 2):
         got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
         raise ValueError(f"values must be a tensor of shape (n,) or (m, n), got {got}")
     check_tensor("values", values, ("n",) if values.dim() == 1 else ("m", "n"), floating=True)
     check_int_range("num_resamples", num_resamples, 1)
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise ValueError(
-            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
-        )
+    check_generator("generator", generator)
     rows = values.detach().cpu().double()
     rows = rows[None, :] if rows.dim() == 1 else rows  # (m, n)
     if users is None:
@@ -718,6 +730,7 @@ def user_bootstrap_interval(
     draws this summarises. Returns ``(mean, low, high)`` with ``low`` / ``high`` the
     ``(1 ∓ confidence) / 2`` quantiles of the draws. A NaN in ``values`` gives NaN (never
     dropped). Chapters 5, 9 and 10.
+    Defaults: ``num_resamples=2000``, ``confidence=0.95``.
     """
     check_tensor("values", values, ("n",), floating=True)
     if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not (
@@ -765,6 +778,8 @@ def expected_calibration_error(
     check_probabilities("probabilities", probabilities)
     check_tensor("probabilities", probabilities, ("n",))
     check_tensor("labels", labels, (probabilities.shape[0],))
+    if probabilities.shape[0] == 0:
+        raise ValueError("probabilities must hold at least one prediction, got none")
     if labels.is_complex() or (
         labels.dtype != torch.bool and get_validate_args() and not bool(
             ((labels == 0) | (labels == 1)).all()

@@ -40,9 +40,15 @@ from candidate_sampling._validate import (
     check_same,
     check_tensor,
     common_float_dtype,
+    _is_compiling,
     get_validate_args,
 )
-from candidate_sampling.losses.core import Temperature, _Loss, check_sample_weight
+from candidate_sampling.losses.core import (
+    Temperature,
+    _check_scale_range,
+    _Loss,
+    check_sample_weight,
+)
 
 __all__ = [
     "chunked_softmax_cross_entropy",
@@ -69,8 +75,18 @@ def default_chunk_size(num_rows: int, num_classes: int, method: str = "vocab") -
 
     ``"vocab"``: classes per block, ``2**21 // num_rows`` clamped to [128, num_classes]
     (a block of about 2**21 logits, 8 MiB in float32); ``"rows"``: rows per block,
-    ``2**21 // num_classes`` clamped to [64, num_rows].
+    ``2**21 // num_classes`` clamped to [64, num_rows]. ``num_rows``, ``num_classes``:
+    ints >= 0 (0 rows: a block of one).
+    Defaults: ``method="vocab"``.
     """
+    check_int_range("num_rows", num_rows, 0)
+    check_int_range("num_classes", num_classes, 1)
+    check_choice("method", method, ("vocab", "rows"))
+    return _default_chunk_size(num_rows, num_classes, method)
+
+
+def _default_chunk_size(num_rows: int, num_classes: int, method: str) -> int:
+    """:func:`default_chunk_size` of checked arguments."""
     if method == "rows":
         return max(1, min(num_rows, max(_MIN_ROWS, _BLOCK_ELEMENTS // max(num_classes, 1))))
     return max(1, min(num_classes, max(128, _BLOCK_ELEMENTS // max(num_rows, 1))))
@@ -85,9 +101,18 @@ def resolve_method(
     when the reduction is ``"mean"`` or ``"sum"``, the class table is not half precision
     (the row form would hold a float32 copy of it) and its (rows, |V|) block stays under
     2**24 logits; ``"vocab"`` (memory flat in |V|) otherwise.
+    Defaults: ``half=False``.
     """
     half = check_bool("half", half)
-    rows = default_chunk_size(num_rows, num_classes, "rows")
+    check_int_range("num_rows", num_rows, 0)
+    check_int_range("num_classes", num_classes, 1)
+    check_reduction(reduction)
+    return _resolve_method(num_rows, num_classes, reduction, half)
+
+
+def _resolve_method(num_rows: int, num_classes: int, reduction: str, half: bool) -> str:
+    """:func:`resolve_method` of checked arguments."""
+    rows = _default_chunk_size(num_rows, num_classes, "rows")
     if reduction == "none" or half or rows * num_classes > _AUTO_ROWS_MAX_ELEMENTS:
         return "vocab"
     return "rows"
@@ -333,6 +358,21 @@ def _check_inputs(query, classes, positive_ids, class_bias, sample_weight, ignor
             )
 
 
+def _weight_total(weight: torch.Tensor) -> torch.Tensor:
+    """``Σ w``, or 1 where it is 0: rows that all weigh 0 give a mean of 0 (``Σ w ℓ = 0``),
+    as every other loss of the package, not 0 / 0."""
+    total = weight.sum()
+    return torch.where(total > 0, total, torch.ones_like(total))
+
+
+def _nan_if_none_kept(total: torch.Tensor, keep: torch.Tensor, reduction: str) -> torch.Tensor:
+    """``"mean"`` over no kept row (every id is ``ignore_index``) is NaN, as in
+    ``F.cross_entropy``; any other result is returned as it is."""
+    if reduction != "mean":
+        return total
+    return torch.where(keep.any(), total, torch.full_like(total, float("nan")))
+
+
 def chunked_softmax_cross_entropy(
     query: torch.Tensor,
     classes: torch.Tensor,
@@ -372,7 +412,8 @@ def chunked_softmax_cross_entropy(
     * ``"none"``: (N,) with ``w_i ℓ_i`` for kept rows and 0 for ignored ones;
     * ``"sum"``: ``Σ_{i∈K} w_i ℓ_i``;
     * ``"mean"``: ``Σ_{i∈K} w_i ℓ_i / Σ_{i∈K} w_i`` (the plain mean over kept rows
-      without ``sample_weight``). If every row is ignored this is 0/0 = NaN, as in
+      without ``sample_weight``), 0 when every kept row weighs 0 (as every other loss of
+      the package). If every row is ignored this is 0/0 = NaN, as in
       ``F.cross_entropy``. ``sample_weight`` may require grad (it gets one).
 
     Precision: computed in ``common_float_dtype`` of the inputs (float32 for float16 /
@@ -402,6 +443,7 @@ def chunked_softmax_cross_entropy(
     ``sample_weight`` (not per-class ``weight``), ignored rows removed before the
     matmuls, and the vocabulary-chunked form (memory independent of |V|). Double
     backward is not supported.
+    Defaults: ``reduction="mean"``.
     """
     _check_inputs(query, classes, positive_ids, class_bias, sample_weight, ignore_index)
     check_reduction(reduction)
@@ -409,7 +451,10 @@ def chunked_softmax_cross_entropy(
         temperature = temperature.value if temperature.learnable else float(temperature.value)
     if isinstance(temperature, bool):
         raise ValueError("temperature must be a float, a Temperature or a tensor, got bool")
-    check_positive("temperature", temperature)
+    if isinstance(temperature, torch.Tensor):
+        check_positive("temperature", temperature)
+    else:  # 1/τ a finite, non-zero float32, as every loss's temperature
+        _check_scale_range("temperature", temperature)
     check_choice("method", method, METHODS)
     if chunk_size is not None:
         check_int_range("chunk_size", chunk_size, 1)
@@ -431,50 +476,58 @@ def chunked_softmax_cross_entropy(
         tau = float(temperature)
 
     keep = positive_ids != ignore_index
-    all_kept = bool(keep.all())
-    if all_kept:
-        q, ids, index = query, positive_ids, None
+    if _is_compiling():
+        # a graph has no data-dependent shapes: under torch.compile an ignored row is not
+        # dropped but kept with weight 0 (its query zeroed, its id 0), the same loss
+        q = torch.where(keep[:, None], query, torch.zeros((), dtype=query.dtype))
+        ids, index = positive_ids.masked_fill(~keep, 0), None
+        row_weight = keep.to(dtype) if sample_weight is None else sample_weight.to(dtype)
+        weight = torch.where(keep, row_weight, torch.zeros((), dtype=dtype))
+        kept = num_rows
     else:
-        index = keep.nonzero().squeeze(1)
-        q, ids = query.index_select(0, index), positive_ids.index_select(0, index)
+        if bool(keep.all()):
+            q, ids, index = query, positive_ids, None
+        else:
+            index = keep.nonzero().squeeze(1)
+            q, ids = query.index_select(0, index), positive_ids.index_select(0, index)
+        weight = None
+        if sample_weight is not None:
+            weight = sample_weight.to(dtype) if sample_weight.dtype != dtype else sample_weight
+            weight = weight if index is None else weight.index_select(0, index)
+        kept = q.shape[0]
     ids = ids.long()
-    weight = None
-    if sample_weight is not None:
-        weight = sample_weight.to(dtype) if sample_weight.dtype != dtype else sample_weight
-        weight = weight if index is None else weight.index_select(0, index)
-    kept = q.shape[0]
     grads = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (query, classes, class_bias, temp_tensor)
     )
     if method == "auto":
         half = classes.dtype in (torch.float16, torch.bfloat16)
-        method = resolve_method(kept, num_classes, reduction=reduction, half=half)
+        method = _resolve_method(kept, num_classes, reduction, half)
         if not grads:  # a forward alone: the vocabulary blocks do one matmul, no more
             method = "vocab"
 
     if method == "rows":
-        chunk = chunk_size or default_chunk_size(kept, num_classes, "rows")
+        chunk = chunk_size or _default_chunk_size(kept, num_classes, "rows")
         if weight is None:
             denominator = kept if reduction == "mean" else 1
             row_scale = torch.full((kept,), 1.0 / denominator if kept else 0.0, dtype=dtype)
             row_scale = row_scale.to(query.device)
         else:
-            row_scale = weight / weight.sum() if reduction == "mean" else weight
+            row_scale = weight / _weight_total(weight) if reduction == "mean" else weight
         total = _RowsChunked.apply(
             q, classes, class_bias, temp_tensor, row_scale, tau, ids, chunk, dtype, grads
         )
-        if kept == 0 and reduction == "mean":
-            return total * float("nan")
-        return total
+        return _nan_if_none_kept(total, keep, reduction)
 
-    chunk = chunk_size or default_chunk_size(kept, num_classes, "vocab")
+    chunk = chunk_size or _default_chunk_size(kept, num_classes, "vocab")
     losses = _VocabChunked.apply(q, classes, class_bias, temp_tensor, tau, ids, chunk, dtype)
     if weight is not None:
         losses = losses * weight
     if reduction == "sum":
         return losses.sum()
     if reduction == "mean":
-        return losses.sum() / (weight.sum() if weight is not None else kept)
+        if weight is None:
+            return losses.sum() / kept  # 0 / 0 = NaN when every row is ignored
+        return _nan_if_none_kept(losses.sum() / _weight_total(weight), keep, reduction)
     if index is None:
         return losses
     return torch.zeros(num_rows, dtype=losses.dtype, device=losses.device).index_copy(

@@ -7,8 +7,9 @@
   positive (its twin) against the other 2N − 2 views; the self-pair is masked out.
 * :func:`nt_bxent_loss` — the binary (logistic) variant with explicit positive pairs,
   computed in log space (``softplus``), self-pairs removed by zero weights.
-* :func:`supcon_loss` — supervised contrastive (Khosla et al. 2020), ``variant="out"`` or
-  ``"in"`` (the average over positives outside or inside the log).
+* :func:`supcon_loss` — supervised contrastive (Khosla et al. 2020), ``variant="out"``
+  (the default) or ``"in"`` (the average over positives outside or inside the log), or
+  ``"pairwise"`` (pytorch-metric-learning's per-pair form).
 * :func:`soft_nearest_neighbor_loss` — Frosst, Papernot & Hinton (2019), with squared
   Euclidean or cosine distance, in log-sum-exp form; :class:`SoftNearestNeighborLoss` can
   learn its temperature.
@@ -52,12 +53,13 @@ from candidate_sampling._validate import (
 )
 from candidate_sampling.losses.core import (
     Temperature,
+    check_sample_weight,
     _Loss,
     apply_temperature,
     logistic_terms,
     mask_logits,
     mask_value,
-    positive_column_cross_entropy,
+    _positive_column_cross_entropy,
     reduce_loss,
     upcast,
 )
@@ -121,14 +123,16 @@ def _eye(n: int, device: torch.device) -> torch.Tensor:
 
 
 def pairwise_cosine_similarity(
-    a: torch.Tensor, b: torch.Tensor | None = None, eps: float = 1e-8
+    a: torch.Tensor, b: torch.Tensor | None = None, *, eps: float = 1e-8
 ) -> torch.Tensor:
     """Cosine similarity of every row of ``a`` with every row of ``b`` (default ``b = a``).
 
     ``a``: (n, d), ``b``: (m, d) → (n, m), entries ``a_i·b_j / (‖a_i‖ ‖b_j‖)``; a row of
-    norm below ``eps`` is treated as having norm ``eps``. Half inputs give float32.
+    norm below ``eps`` (> 0, default 1e-8) is treated as having norm ``eps``. Half inputs
+    give float32.
     """
     _check_embeddings("a", a)
+    check_positive("eps", eps)
     a_n = F.normalize(upcast(a), dim=-1, eps=eps)
     if b is None:
         return a_n @ a_n.T
@@ -182,6 +186,7 @@ def info_nce_loss(
     it with the key → query direction (the columns), as in CLIP. Returns the ``reduction``
     ("mean" over rows) of the (B,) losses. With the optimal critic,
     I(x; c) ≥ log B − E[loss] (chapter 6).
+    Defaults: ``temperature=1.0``, ``symmetric=False``, ``normalize=False``.
     """
     query, key = _check_pair("B", query=query, key=key)
     check_reduction(reduction)
@@ -192,9 +197,9 @@ def info_nce_loss(
         scores = query @ key.T
     logits = apply_temperature(scores, temperature, inplace=True)  # scores: ours
     diagonal = torch.arange(logits.shape[0], device=logits.device)
-    per_row = positive_column_cross_entropy(logits, diagonal)
+    per_row = _positive_column_cross_entropy(logits, diagonal)
     if symmetric:
-        per_row = 0.5 * (per_row + positive_column_cross_entropy(logits.T, diagonal))
+        per_row = 0.5 * (per_row + _positive_column_cross_entropy(logits.T, diagonal))
     return reduce_loss(per_row, reduction, sample_weight=sample_weight)
 
 
@@ -215,6 +220,7 @@ def nt_xent_loss(
 
     Returns the ``reduction`` of the (2N,) per-view losses ("mean" averages over all 2N
     views, as SimCLR). If all 2N embeddings are identical, every ℓ_i = log(2N − 1).
+    Defaults: ``temperature=0.5``.
     """
     view1, view2 = _check_pair("N", view1=view1, view2=view2)
     check_reduction(reduction)
@@ -224,7 +230,7 @@ def nt_xent_loss(
     # the self-pairs are the diagonal: masked in place, without a (2N, 2N) mask
     logits = logits.fill_diagonal_(mask_value(logits.dtype))
     rows = torch.arange(2 * n, device=z.device)
-    per_view = positive_column_cross_entropy(logits, (rows + n) % (2 * n))
+    per_view = _positive_column_cross_entropy(logits, (rows + n) % (2 * n))
     return reduce_loss(per_view, reduction, sample_weight=sample_weight)
 
 
@@ -250,6 +256,7 @@ def nt_bxent_loss(
     pairs, per row, as in the source post — but in log space (``softplus(−z) = −log σ(z)``)
     so nothing saturates at small τ. An empty P(i) or N(i) contributes 0. Returns the
     ``reduction`` of the (n,) row losses.
+    Defaults: ``temperature=0.5``, ``reduction="mean"``.
     """
     _check_embeddings("embeddings", embeddings)
     check_tensor("positive_pairs", positive_pairs, ("P", 2), floating=False)
@@ -282,7 +289,7 @@ def supcon_loss(
     sample_weight: torch.Tensor | None = None,
     reduction: str = "mean",
 ) -> torch.Tensor:
-    """Supervised contrastive loss (Khosla et al. 2020), ``variant`` "out" or "in".
+    """Supervised contrastive loss (Khosla et al. 2020), ``variant`` "out", "in" or "pairwise".
 
     ``embeddings``: (n, d) — all views of the batch stacked; ``labels``: (n,) integer class
     ids (views of the same example share a label). With cosine logits ``z_ia = S_ia / τ``,
@@ -291,12 +298,19 @@ def supcon_loss(
         L_out,i = −(1/|P(i)|) Σ_{p∈P(i)} log p_ip              (average outside the log)
         L_in,i  = −log( (1/|P(i)|) Σ_{p∈P(i)} p_ip )           (average inside the log)
 
-    L_in ≤ L_out by Jensen. Rows with an empty P(i) get 0 in ``"none"`` and are left out of
-    ``"mean"`` (the mean over rows with a positive; 0 with a zero gradient if none has one).
-    With two views and ``labels = arange(N).repeat(2)`` both variants equal NT-Xent.
-    "out" is pytorch-metric-learning's ``SupConLoss`` (its default reducer averages over
-    the rows with a positive too), except that PML returns 0 for the whole batch when no
-    pair in it is negative (one label for all); here each row keeps Khosla et al.'s L_out.
+    ``variant="out"`` is the default (Khosla et al.'s recommended form); ``"pairwise"`` is
+    pytorch-metric-learning's ``NTXentLoss`` with several positives: each positive ``p``
+    against the anchor's negatives only, ``−log(e^{z_ip} / (e^{z_ip} + Σ_{n∉P(i)}
+    e^{z_in}))`` averaged over the row's positives
+    (:func:`~candidate_sampling.losses.hard_negatives.multi_positive_cross_entropy`). L_in ≤
+    L_out by Jensen, and L_pairwise ≤ L_out. Rows with an empty P(i) get 0 in ``"none"`` and
+    are left out of ``"mean"`` (the mean over rows with a positive; 0 with a zero gradient
+    if none has one). With two views and ``labels = arange(N).repeat(2)`` both variants
+    equal NT-Xent. "out" is pytorch-metric-learning's ``SupConLoss`` (its default reducer
+    averages over the rows with a positive too), except that PML returns 0 for the whole
+    batch when no pair in it is negative (one label for all); here each row keeps Khosla et
+    al.'s L_out.
+    Defaults: ``temperature=0.1``, ``reduction="mean"``.
     """
     eye, pos = _same_label_pairs(embeddings, labels)
     check_choice("variant", variant, _SUPCON_VARIANTS)
@@ -331,6 +345,7 @@ def soft_nearest_neighbor_loss(
     :class:`~candidate_sampling.losses.core.Temperature`. A row with no other point of its class has no loss
     (the source's ratio gives log 0): it gets 0 in ``"none"`` and is left out of
     ``"mean"``, as in :func:`supcon_loss`.
+    Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """
     eye, same = _same_label_pairs(embeddings, labels)
     check_choice("distance", distance, _DISTANCES)
@@ -347,11 +362,20 @@ def soft_nearest_neighbor_loss(
     return reduce_loss(per_row, reduction, valid=same.any(1), sample_weight=sample_weight)
 
 
-def alignment_loss(view1: torch.Tensor, view2: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
+def alignment_loss(
+    view1: torch.Tensor,
+    view2: torch.Tensor,
+    *,
+    alpha: float = 2.0,
+    sample_weight: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Alignment (Wang & Isola 2020): ``mean_i ‖f_i − g_i‖^α`` of the L2-normalised rows.
 
     ``view1``, ``view2``: (N, d), row i of each are a positive pair; rows are normalised to
-    the unit sphere first. Lower is better (positives close); the range is [0, 2^α].
+    the unit sphere first. ``alpha`` (default 2, the paper's): the power. Lower is better
+    (positives close); the range is [0, 2^α]. ``sample_weight``: (N,) per-pair weights,
+    the mean then ``Σ_i w_i ‖f_i − g_i‖^α / N`` as every loss of the package
+    (:func:`~candidate_sampling.losses.core.reduce_loss`).
     """
     check_tensor("view1", view1, ("N", "d"), floating=True)
     check_tensor("view2", view2, ("N", "d"), floating=True)
@@ -360,28 +384,48 @@ def alignment_loss(view1: torch.Tensor, view2: torch.Tensor, alpha: float = 2.0)
     dtype = common_float_dtype(view1=view1, view2=view2)
     f = F.normalize(view1.to(dtype), dim=-1)
     g = F.normalize(view2.to(dtype), dim=-1)
-    return ((f - g).pow(2).sum(-1) + 1e-12).pow(alpha / 2).mean()
+    per_pair = ((f - g).pow(2).sum(-1) + 1e-12).pow(alpha / 2)
+    return reduce_loss(per_pair, "mean", sample_weight=sample_weight)
 
 
-def uniformity_loss(embeddings: torch.Tensor, t: float = 2.0) -> torch.Tensor:
+def uniformity_loss(
+    embeddings: torch.Tensor, *, t: float = 2.0, sample_weight: torch.Tensor | None = None
+) -> torch.Tensor:
     """Uniformity (Wang & Isola 2020): ``log mean_{i<j} exp(−t ‖f_i − f_j‖²)``, normalised rows.
 
-    ``embeddings``: (n, d) with n ≥ 2, normalised to the unit sphere first; computed with
-    logsumexp. Lower is more uniform; a collapsed representation (all rows equal) gives
-    the maximum, 0.
+    ``embeddings``: (n, d) with n ≥ 2, normalised to the unit sphere first; ``t`` (default
+    2, the paper's): the kernel's scale; computed with logsumexp. Lower is more uniform; a
+    collapsed representation (all rows equal) gives the maximum, 0. ``sample_weight``:
+    (n,) per-row weights; pair ``(i, j)`` then weighs ``w_i w_j`` in the mean,
+    ``log(Σ_{i<j} w_i w_j e^{−t‖f_i − f_j‖²} / Σ_{i<j} w_i w_j)`` (all ones: the plain
+    mean), and 0 when every pair weighs 0.
     """
     _check_embeddings("embeddings", embeddings)
     if embeddings.shape[0] < 2:
         raise ValueError(f"embeddings must have at least 2 rows, got {embeddings.shape[0]}")
     check_positive("t", t)
+    sample_weight = check_sample_weight(sample_weight, embeddings.shape[0])
     f = F.normalize(upcast(embeddings), dim=-1)
     sq = pairwise_squared_distance(f)
     i, j = torch.triu_indices(f.shape[0], f.shape[0], offset=1, device=f.device)
-    return torch.logsumexp(-t * sq[i, j], dim=0) - math.log(i.numel())
+    terms = -t * sq[i, j]
+    if sample_weight is None:
+        return torch.logsumexp(terms, dim=0) - math.log(i.numel())
+    w = sample_weight.to(f.device, f.dtype)
+    pair_weight = w[i] * w[j]
+    some = pair_weight.sum() > 0  # else: a graph-connected 0 (every pair weighs 0)
+    pair_weight = torch.where(some, pair_weight, torch.ones_like(pair_weight))
+    log_mean = torch.logsumexp(terms + torch.log(pair_weight), dim=0) - torch.log(
+        pair_weight.sum()
+    )
+    return torch.where(some, log_mean, log_mean * 0.0)
 
 
 class InfoNCELoss(_Loss):
-    """Module form of :func:`info_nce_loss`: ``forward(query, key, *, sample_weight=None)``."""
+    """Module form of :func:`info_nce_loss`: ``forward(query, key, *, sample_weight=None)``.
+    Defaults: ``temperature=1.0``, ``symmetric=False``, ``normalize=False``,
+    ``reduction="mean"``.
+    ``symmetric=True`` averages both directions, as CLIP's loss."""
 
     _options = ("temperature", "symmetric", "normalize", "reduction")
     _fn = staticmethod(info_nce_loss)
@@ -400,7 +444,8 @@ class InfoNCELoss(_Loss):
 
 
 class NTXentLoss(_Loss):
-    """Module form of :func:`nt_xent_loss`: ``forward(view1, view2, *, sample_weight=None)``."""
+    """Module form of :func:`nt_xent_loss`: ``forward(view1, view2, *, sample_weight=None)``.
+    Defaults: ``temperature=0.5``, ``reduction="mean"``."""
 
     _fn = staticmethod(nt_xent_loss)
 
@@ -412,14 +457,16 @@ class NTXentLoss(_Loss):
 
 class NTBXentLoss(NTXentLoss):
     """Module form of :func:`nt_bxent_loss`: ``forward(embeddings, positive_pairs, *,
-    sample_weight=None)``."""
+    sample_weight=None)``.
+    Defaults: ``temperature=0.5``, ``reduction="mean"``."""
 
     _fn = staticmethod(nt_bxent_loss)
 
 
 class SupConLoss(_Loss):
     """Module form of :func:`supcon_loss`: ``forward(embeddings, labels, *,
-    sample_weight=None)``."""
+    sample_weight=None)``. Defaults: ``temperature=0.1``, ``variant="out"`` (Khosla et
+    al.; ``"pairwise"`` is pytorch-metric-learning's form), ``reduction="mean"``."""
 
     _options = ("temperature", "variant", "reduction")
     _fn = staticmethod(supcon_loss)
@@ -441,6 +488,7 @@ class SoftNearestNeighborLoss(_Loss):
     ``temperature``: a float or a :class:`~candidate_sampling.losses.core.Temperature`
     (``Temperature(1.0, learnable=True)`` learns T; its parameter is the module's).
     ``forward(embeddings, labels, *, sample_weight=None)``.
+    Defaults: ``distance="squared_euclidean"``, ``reduction="mean"``.
     """
 
     _options = ("temperature", "distance", "reduction")

@@ -58,7 +58,9 @@ from candidate_sampling._validate import (
     check_optional_bool,
     check_broadcasts_to,
     check_choice,
+    check_finite,
     check_float_dtype,
+    check_ids,
     check_positive,
     check_reduction,
     check_tensor,
@@ -108,11 +110,11 @@ def mask_value(dtype: torch.dtype) -> float:
     return torch.finfo(check_float_dtype("dtype", dtype)).min / 2
 
 
-def _check_step_logits(logits: torch.Tensor) -> None:
+def _check_step_logits(logits: torch.Tensor, name: str = "logits") -> None:
     """A pipeline step's ``logits``: a floating-point tensor of any shape."""
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
         got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
-        raise ValueError(f"logits must be a floating-point tensor, got {got}")
+        raise ValueError(f"{name} must be a floating-point tensor, got {got}")
 
 
 def _check_removed(removed: torch.Tensor, logits: torch.Tensor) -> None:
@@ -125,6 +127,13 @@ def _check_removed(removed: torch.Tensor, logits: torch.Tensor) -> None:
 
 def upcast(tensor: torch.Tensor) -> torch.Tensor:
     """float16 / bfloat16 → float32; any other tensor is returned unchanged."""
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"tensor must be a torch.Tensor, got {type(tensor).__name__}")
+    return _upcast(tensor)
+
+
+def _upcast(tensor: torch.Tensor) -> torch.Tensor:
+    """:func:`upcast` of a tensor."""
     return tensor.float() if tensor.dtype in _HALF else tensor
 
 
@@ -165,7 +174,11 @@ def score(query: torch.Tensor, candidates: CandidateSet) -> torch.Tensor:
     dtype = common_float_dtype(
         query=query, candidates=candidates.embeddings, bias=candidates.bias
     )
-    scores = query.to(dtype) @ candidates.embeddings.to(dtype).T
+    work = query.to(dtype)
+    # the same tensor as query and as the columns (self-similarity) is cast once, so its
+    # two gradients meet in float32, not as two float16 halves (+inf − inf)
+    rows = work if candidates.embeddings is query else candidates.embeddings.to(dtype)
+    scores = work @ rows.T
     if candidates.bias is not None:
         scores = scores.add_(candidates.bias.to(dtype))
     return scores
@@ -209,6 +222,7 @@ class Temperature(nn.Module):
     from above (CLIP uses 100). ``Temperature.from_scale(10.0, learnable=True)``
     starts from the scale ``1/τ`` instead (SigLIP's parameterisation): its errors name
     ``scale``. :func:`apply_temperature` divides scores by it. Chapters 6–7.
+    Defaults: ``learnable=False``.
     """
 
     def __init__(
@@ -220,7 +234,9 @@ class Temperature(nn.Module):
         _name: str = "temperature",
     ) -> None:
         super().__init__()
-        value = float(check_positive(_name, temperature))
+        if isinstance(temperature, torch.Tensor):
+            temperature = float(check_positive(_name, temperature).detach())
+        value = float(_check_scale_range(_name, temperature))
         if max_scale is not None:
             check_positive("max_scale", max_scale)
         learnable = check_bool("learnable", learnable)
@@ -236,9 +252,12 @@ class Temperature(nn.Module):
     def from_scale(
         cls, scale: float, *, learnable: bool = False, max_scale: float | None = None
     ) -> Temperature:
-        """A temperature given by its scale ``1/τ`` (SigLIP's ``exp(t')``)."""
-        check_positive("scale", scale)
-        return cls(1.0 / float(scale), learnable=learnable, max_scale=max_scale, _name="scale")
+        """A temperature given by its scale ``1/τ`` (SigLIP's ``exp(t')``).
+        Defaults: ``learnable=False``.
+        ``max_scale`` clamps ``1/τ`` as CLIP's ``logit_scale`` (100 there)."""
+        scale = float(check_positive("scale", scale))
+        _check_scale_range("scale", 1.0 / scale if scale else math.inf, shown=scale)
+        return cls(1.0 / scale, learnable=learnable, max_scale=max_scale, _name="scale")
 
     @property
     def scale(self) -> torch.Tensor:
@@ -262,8 +281,32 @@ class Temperature(nn.Module):
         )
 
 
+_F32 = torch.finfo(torch.float32)
+
+
+def _check_scale_range(name: str, temperature: float, *, shown: float | None = None) -> float:
+    """A temperature τ > 0 whose scale ``1/τ`` is a normal float32 number: τ below
+    ``1/finfo(float32).max`` would make ``1/τ`` (and every logit) inf, τ above
+    ``1/finfo(float32).tiny`` would make it 0. ``shown``: the value the caller passed (the
+    scale, for :meth:`Temperature.from_scale`)."""
+    value = float(check_positive(name, temperature))
+    if not 1.0 / _F32.max <= value <= 1.0 / _F32.tiny:
+        if shown is None:
+            raise ValueError(
+                f"{name} must lie in [{1.0 / _F32.max:.3g}, {1.0 / _F32.tiny:.3g}] (1/{name} "
+                f"must be a finite, non-zero float32), got {temperature!r}"
+            )
+        raise ValueError(
+            f"{name} must lie in [{_F32.tiny:.3g}, {_F32.max:.3g}] (a finite, non-zero "
+            f"float32), got {shown!r}"
+        )
+    return temperature
+
+
 def check_temperature(temperature: float | Temperature) -> float | Temperature:
-    """A positive finite float or a :class:`Temperature`; anything else is an error."""
+    """A positive finite float or a :class:`Temperature`; anything else is an error. A
+    float τ must have a finite, non-zero ``1/τ`` in float32 (the logits ``s/τ`` would be
+    inf or 0 otherwise)."""
     if isinstance(temperature, Temperature):
         return temperature
     if isinstance(temperature, torch.Tensor) or isinstance(temperature, bool):
@@ -271,7 +314,7 @@ def check_temperature(temperature: float | Temperature) -> float | Temperature:
             "temperature must be a float or a Temperature (Temperature(τ, learnable=True) "
             f"for a learned one), got {type(temperature).__name__}"
         )
-    return check_positive("temperature", temperature)
+    return _check_scale_range("temperature", temperature)
 
 
 def apply_temperature(
@@ -286,7 +329,15 @@ def apply_temperature(
     """
     temperature = check_temperature(temperature)
     inplace = check_bool("inplace", inplace)
-    work = upcast(scores)
+    _check_step_logits(scores, "scores")
+    return _apply_temperature(scores, temperature, inplace)
+
+
+def _apply_temperature(
+    scores: torch.Tensor, temperature: float | Temperature, inplace: bool
+) -> torch.Tensor:
+    """:func:`apply_temperature` of checked arguments."""
+    work = _upcast(scores)
     owned = inplace or work is not scores
     if isinstance(temperature, Temperature):
         return work * temperature.scale.to(work.dtype)
@@ -313,6 +364,19 @@ def correct_logits(
         return logits
     _check_step_logits(logits)
     check_broadcasts_to("log_q", log_q, logits.shape)
+    if not log_q.is_floating_point():
+        raise ValueError(f"log_q must be a floating-point tensor, got {log_q.dtype}")
+    check_finite("log_q", log_q)  # NaN or ±inf log Q: a NaN or ±inf logit (a value check)
+    return _correct_logits(logits, log_q, inplace)
+
+
+def _correct_logits(
+    logits: torch.Tensor, log_q: torch.Tensor | None, inplace: bool
+) -> torch.Tensor:
+    """:func:`correct_logits` of checked arguments (a CandidateSet's log Q was checked
+    when the set was made)."""
+    if log_q is None:
+        return logits
     log_q = log_q.detach().to(logits.dtype)
     if inplace:
         return logits.sub_(log_q)
@@ -326,8 +390,8 @@ def _corrected_logits(
 
     One fresh tensor (the output of :func:`score`), divided and corrected in place.
     """
-    logits = apply_temperature(score(query, candidates), temperature, inplace=True)
-    return correct_logits(logits, candidates.log_q, inplace=True)
+    logits = _apply_temperature(score(query, candidates), temperature, True)
+    return _correct_logits(logits, candidates.log_q, True)
 
 
 # --------------------------------------------------------------------------- 4. mask
@@ -365,6 +429,8 @@ def accidental_hits(
     """
     check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
     _check_hit_ids(positive_ids, candidate_ids)
+    check_ids("positive_ids", positive_ids, None)
+    check_ids("candidate_ids", candidate_ids, None)
     if positive_columns is not None:
         check_positive_columns(
             positive_columns, positive_ids.shape[0], candidate_ids.shape[0], "candidate_ids"
@@ -450,12 +516,16 @@ def hits_to_remove(
 
     ``positive_ids``: (B,) or (B, T); ``columns``: the CandidateSet whose ids are compared;
     ``positive_columns``, ``repeated_hits``: as :func:`accidental_hits`. Chapters 4–5.
+    Defaults: ``repeated_hits="mask_all"``.
+    ``repeated_hits="tensorflow"`` removes only the last copy of a repeated id, as
+    TensorFlow's ``compute_accidental_hits``.
     """
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     logistic = check_bool("logistic", logistic)
     check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
     _check_candidate_set("columns", columns)
     _check_hit_ids(positive_ids, columns.ids)
+    check_ids("positive_ids", positive_ids, None)  # the set's ids were checked when made
     if positive_columns is not None:
         check_positive_columns(
             positive_columns, positive_ids.shape[0], columns.num_candidates, "columns"
@@ -564,6 +634,15 @@ def positive_column_cross_entropy(
                 f"positive_columns must lie in [0, {num_cols}) (logits has {num_cols} "
                 f"columns), got values in [{lo}, {hi}]"
             )
+    return _positive_column_cross_entropy(work, positive_columns)
+
+
+def _positive_column_cross_entropy(
+    logits: torch.Tensor, positive_columns: torch.Tensor
+) -> torch.Tensor:
+    """:func:`positive_column_cross_entropy` of checked arguments (a loss's own columns,
+    ``arange(B)``), in at least float32."""
+    work = _upcast(logits)
     cols = positive_columns.to(work.device).long()
     if cols.dim() == 1:
         return F.cross_entropy(work, cols, reduction="none")

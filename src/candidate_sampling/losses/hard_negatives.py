@@ -49,8 +49,9 @@ treated as masked.
 **Several positives per query**
 
 * :func:`multi_positive_cross_entropy` — multi-positive InfoNCE with the average over
-  positives outside (``"out"``) or inside (``"in"``) the log; with cosine logits over all
-  other views it is SupCon's ``L_out`` / ``L_in`` (chapter 6).
+  positives outside (``"out"``, the default) or inside (``"in"``) the log, or per pair
+  (``"pairwise"``, pytorch-metric-learning's NT-Xent); with cosine logits over all other
+  views it is SupCon's ``L_out`` / ``L_in`` (chapter 6).
 
 :func:`hard_negative_softmax_loss` composes all of them on the in-batch candidate
 contract of chapter 5 (``candidates = cat([positives, extras])``, ``candidate_ids``,
@@ -69,6 +70,7 @@ from candidate_sampling._validate import (
     check_optional_bool,
     check_bool_mask,
     check_choice,
+    check_finite,
     check_int_range,
     check_nonnegative,
     check_positive,
@@ -87,7 +89,7 @@ from candidate_sampling.losses.core import (
     check_temperature,
     mask_logits,
     mask_value,
-    positive_column_cross_entropy,
+    _positive_column_cross_entropy,
     reduce_loss,
     score,
     score_positives,
@@ -127,6 +129,14 @@ def unmasked(logits: torch.Tensor) -> torch.Tensor:
     A NaN logit counts as *unmasked*, so a NaN input reaches the loss and gives a NaN
     loss instead of being dropped like a removed column.
     """
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        got = logits.dtype if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ValueError(f"logits must be a floating-point tensor, got {got}")
+    return _unmasked(logits)
+
+
+def _unmasked(logits: torch.Tensor) -> torch.Tensor:
+    """:func:`unmasked` of a floating tensor."""
     return ~(logits <= mask_value(logits.dtype) / 2)
 
 
@@ -140,7 +150,7 @@ def _check_logits(logits: torch.Tensor) -> torch.Tensor:
     work = upcast(logits)
     if work.dtype == logits.dtype:
         return work
-    return work.masked_fill(~unmasked(logits), mask_value(work.dtype))
+    return work.masked_fill(~_unmasked(logits), mask_value(work.dtype))
 
 
 def _as_columns(positive_columns: int | torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -195,7 +205,13 @@ def hard_negative_mining(
     """
     work = _check_logits(logits)
     check_int_range("num_hard_negatives", num_hard_negatives, 0)
-    cols = _as_columns(positive_columns, work)
+    return _hard_negative_mining(work, num_hard_negatives, _as_columns(positive_columns, work))
+
+
+def _hard_negative_mining(
+    work: torch.Tensor, num_hard_negatives: int, cols: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`hard_negative_mining` of checked arguments (``cols``: (B,) int64)."""
     batch, num_cols = work.shape
     k = min(num_hard_negatives, num_cols - 1)
     rows = torch.arange(batch, device=work.device)
@@ -226,6 +242,13 @@ def hardness_weighted_logits(
     check_tensor("scores", scores, tuple(work.shape), floating=True)
     check_nonnegative("hardness_alpha", hardness_alpha)
     cols = _as_columns(positive_columns, work)
+    return _hardness_weighted_logits(work, scores, hardness_alpha, cols)
+
+
+def _hardness_weighted_logits(
+    work: torch.Tensor, scores: torch.Tensor, hardness_alpha: float, cols: torch.Tensor
+) -> torch.Tensor:
+    """:func:`hardness_weighted_logits` of checked arguments."""
     if hardness_alpha == 0:
         return work
     bonus = hardness_alpha * scores.detach().to(work.dtype)
@@ -254,6 +277,7 @@ def guide_false_negative_mask(
     ``GISTEmbedLoss`` (Solatorio 2024); note that the relative rule only makes sense for
     a positive guide score. Pass the result to :func:`mask_logits` or as
     ``false_negative_mask``.
+    Defaults: ``margin_strategy="absolute"``.
     """
     check_tensor("guide_scores", guide_scores, ("B", "C"), floating=True)
     check_choice("margin_strategy", margin_strategy, MARGIN_STRATEGIES)
@@ -288,12 +312,20 @@ def decoupled_cross_entropy(
     """
     work = _check_logits(logits)
     cols = _as_columns(positive_columns, work)
-    negatives = unmasked(work) & ~_positive_mask(cols, work)
+    if positive_weight is not None:
+        check_tensor("positive_weight", positive_weight, (work.shape[0],), floating=True)
+    return _decoupled_cross_entropy(work, cols, positive_weight)
+
+
+def _decoupled_cross_entropy(
+    work: torch.Tensor, cols: torch.Tensor, positive_weight: torch.Tensor | None
+) -> torch.Tensor:
+    """:func:`decoupled_cross_entropy` of checked arguments."""
+    negatives = _unmasked(work) & ~_positive_mask(cols, work)
     floor = mask_value(work.dtype)
     lse = torch.logsumexp(torch.where(negatives, work, torch.full_like(work, floor)), dim=1)
     positive = work.gather(1, cols[:, None]).squeeze(1)
     if positive_weight is not None:
-        check_tensor("positive_weight", positive_weight, (work.shape[0],), floating=True)
         positive = positive_weight.to(work.dtype) * positive
     per_row = lse - positive
     return torch.where(negatives.any(1), per_row, torch.zeros_like(per_row))
@@ -307,6 +339,7 @@ def dclw_positive_weights(positive_scores: torch.Tensor, *, sigma: float = 0.5) 
     close (large ``s_ii``) get less weight. Gradients flow through the weights, as in
     raminnakhli/Decoupled-Contrastive-Learning; lightly's ``DCLWLoss`` computes them from
     detached embeddings (same value; pass ``positive_scores.detach()`` for its gradient).
+    Defaults: ``sigma=0.5``.
     """
     check_tensor("positive_scores", positive_scores, ("B",), floating=True)
     check_positive("sigma", sigma)
@@ -331,9 +364,19 @@ def corrected_logq_weights(
     """
     work = _check_logits(logits).detach()
     cols = _as_columns(positive_columns, work)
+    if positive_log_q is not None:
+        check_tensor("positive_log_q", positive_log_q, (work.shape[0],), floating=True)
+        check_finite("positive_log_q", positive_log_q)  # a value check
+    return _corrected_logq_weights(work, cols, positive_log_q)
+
+
+def _corrected_logq_weights(
+    work: torch.Tensor, cols: torch.Tensor, positive_log_q: torch.Tensor | None
+) -> torch.Tensor:
+    """:func:`corrected_logq_weights` of checked arguments (``work`` detached)."""
+    work = work.detach()
     batch = work.shape[0]
     if positive_log_q is not None:
-        check_tensor("positive_log_q", positive_log_q, (batch,), floating=True)
         rows = torch.arange(batch, device=work.device)
         work = work.clone()
         work[rows, cols] = work[rows, cols] + positive_log_q.detach().to(work)
@@ -376,11 +419,19 @@ def debiased_cross_entropy(
     authors' code (chingyaoc/DCL ``debiased``, joshr17/HCL ``estimator='hard'``; gradients
     flow through the weights there and here), written in log space. Rows with no unmasked
     negative get 0; a NaN logit gives a NaN row (never the floor).
+    Defaults: ``beta=0.0``.
     """
     work = _check_logits(logits)
     cols = _as_columns(positive_columns, work)
     _check_debiased(tau_plus, beta, min_logit)
-    negatives = unmasked(work) & ~_positive_mask(cols, work)
+    return _debiased_cross_entropy(work, cols, tau_plus, beta, min_logit)
+
+
+def _debiased_cross_entropy(
+    work: torch.Tensor, cols: torch.Tensor, tau_plus: float, beta: float, min_logit: float | None
+) -> torch.Tensor:
+    """:func:`debiased_cross_entropy` of checked arguments."""
+    negatives = _unmasked(work) & ~_positive_mask(cols, work)
     floor = torch.full_like(work, mask_value(work.dtype))
     count = negatives.sum(1)
     log_n = torch.log(count.clamp(min=1).to(work.dtype))
@@ -422,14 +473,15 @@ def multi_positive_cross_entropy(
     positive competes with the anchor's negatives only, not with the other positives
     (PML then averages over all pairs of the batch; here over a row's pairs, then over
     rows — the same when every row has as many positives). ``L_in ≤ L_out`` (Jensen) and
-    ``L_pairwise ≤ L_out``. Rows without a positive get 0 (pass
-    ``valid=positive_mask.any(1)`` to :func:`reduce_loss`). Masked columns are never
+    ``L_pairwise ≤ L_out``. ``variant`` defaults to ``"out"`` (SupCon's recommended
+    form). Rows without a positive get 0 (pass ``valid=positive_mask.any(1)`` to
+    :func:`reduce_loss`). Masked columns are never
     positives; a NaN logit gives a NaN row.
     """
     work = _check_logits(logits)
     check_bool_mask("positive_mask", positive_mask, tuple(work.shape))
     check_choice("variant", variant, MULTI_POSITIVE_VARIANTS)
-    pos = positive_mask.to(work.device) & unmasked(work)
+    pos = positive_mask.to(work.device) & _unmasked(work)
     num_pos = pos.sum(1)
     zero = torch.zeros((), dtype=work.dtype, device=work.device)
     if variant == "pairwise":
@@ -465,10 +517,11 @@ def multi_positive_softmax_loss(
     ``positive_mask``: (B, C) bool, row ``i``'s positives; ``removed``: (B, C) bool columns
     to remove (e.g. the query itself when queries are among the candidates), besides the
     set's invalid columns. Logits ``(u·v + b)/τ − log Q`` (steps 1–4); per-row loss
-    :func:`multi_positive_cross_entropy` with ``variant`` "out", "in" (SupCon) or
-    "pairwise" (pytorch-metric-learning's NT-Xent); rows without a positive are left out
+    :func:`multi_positive_cross_entropy` with ``variant`` "out" (the default), "in" (SupCon)
+    or "pairwise" (pytorch-metric-learning's NT-Xent); rows without a positive are left out
     of ``"mean"``. Chapter 8 (SupCon of chapter 6 is the case ``candidates = query`` with
     cosine scores and the diagonal removed).
+    Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """
     check_temperature(temperature)
     check_choice("variant", variant, MULTI_POSITIVE_VARIANTS)
@@ -480,7 +533,7 @@ def multi_positive_softmax_loss(
     removed = _union_masks(_invalid_columns(candidates), removed)
     logits = mask_logits(logits, removed, inplace=True)
     per_row = multi_positive_cross_entropy(logits, positive_mask, variant=variant)
-    valid = (positive_mask.to(logits.device) & unmasked(logits)).any(1)
+    valid = (positive_mask.to(logits.device) & _unmasked(logits)).any(1)
     return reduce_loss(per_row, reduction, valid=valid, sample_weight=sample_weight)
 
 
@@ -501,6 +554,12 @@ def _check_options(
         if positive_in_denominator != "remove":
             raise ValueError('dclw_sigma needs positive_in_denominator="remove" (DCLW)')
     _check_debiased(tau_plus, beta, min_logit)
+    if min_logit is not None and not (tau_plus or beta):
+        raise ValueError(
+            "min_logit needs tau_plus > 0 or beta > 0: it floors the debiased / hard-sample "
+            f"loss's negative term, and the plain cross-entropy has none (got min_logit="
+            f"{min_logit!r} with tau_plus={tau_plus!r}, beta={beta!r})"
+        )
     if (tau_plus or beta) and positive_in_denominator != "keep":
         raise ValueError(
             'tau_plus and beta (debiased / hard-sample loss) need positive_in_denominator="keep"'
@@ -557,6 +616,7 @@ def hard_negative_softmax_loss(
     6. the reduction over rows, weighted by ``sample_weight`` (rows left without a
        negative are dropped from the mean in the decoupled modes). Every option is checked
        here, once, and an error names it. Chapter 8.
+    Defaults: ``temperature=1.0``.
     """
     _check_options(
         hardness_alpha, positive_in_denominator, dclw_sigma, tau_plus, beta, min_logit,
@@ -582,46 +642,43 @@ def hard_negative_softmax_loss(
     except ValueError as err:  # name the argument the caller passed
         raise ValueError(str(err).replace("removed", "false_negative_mask")) from None
     batch = logits.shape[0]
-    columns = torch.arange(batch, device=logits.device)
+    columns = torch.arange(batch, device=logits.device)  # our own: no range check below
     if hardness_alpha:  # a masked logit stays far below any real one after the bonus
         with torch.no_grad():
             all_columns = in_batch_columns(query, positives, candidates)
             scores = score(query, all_columns)
-        logits = hardness_weighted_logits(
-            logits, scores, hardness_alpha=hardness_alpha, positive_columns=columns
-        )
+        logits = _hardness_weighted_logits(logits, scores, hardness_alpha, columns)
     if num_hard_negatives is not None:
-        logits, _ = hard_negative_mining(
-            logits, num_hard_negatives=num_hard_negatives, positive_columns=columns
-        )
+        logits, _ = _hard_negative_mining(logits, num_hard_negatives, columns)
         columns = torch.zeros(batch, dtype=torch.long, device=logits.device)
     if positive_in_denominator == "keep":
         if tau_plus or beta:
-            per_row = debiased_cross_entropy(
-                logits, columns, tau_plus=tau_plus, beta=beta, min_logit=min_logit
-            )
-            valid = unmasked(logits).sum(1) > 1
+            per_row = _debiased_cross_entropy(logits, columns, tau_plus, beta, min_logit)
+            valid = _unmasked(logits).sum(1) > 1
             return reduce_loss(per_row, reduction, valid=valid, sample_weight=sample_weight)
-        per_row = positive_column_cross_entropy(logits, columns)
+        per_row = _positive_column_cross_entropy(logits, columns)
         return reduce_loss(per_row, reduction, sample_weight=sample_weight)
-    valid = unmasked(logits).sum(1) > 1
+    valid = _unmasked(logits).sum(1) > 1
     weight = None
     if dclw_sigma is not None:
         weight = dclw_positive_weights(score_positives(query, positives)[:, 0], sigma=dclw_sigma)
-    per_row = decoupled_cross_entropy(logits, columns, positive_weight=weight)
+    per_row = _decoupled_cross_entropy(logits, columns, weight)
     if positive_in_denominator == "corrected":
-        positive_log_q = positives.log_q
+        positive_log_q = positives.log_q  # checked when the set was made
         if positive_log_q is not None and positive_log_q.dim() == 2:
             # per-row (B, B): row i's own positive column i was corrected by log_q[i, i]
             positive_log_q = positive_log_q.diagonal()
-        per_row = per_row * corrected_logq_weights(
-            logits, columns, positive_log_q=positive_log_q
-        )
+        per_row = per_row * _corrected_logq_weights(logits, columns, positive_log_q)
     return reduce_loss(per_row, reduction, valid=valid, sample_weight=sample_weight)
 
 
 class HardNegativeSoftmaxLoss(_Loss):
-    """Module form of :func:`hard_negative_softmax_loss`: options fixed at construction."""
+    """Module form of :func:`hard_negative_softmax_loss`: options fixed at construction.
+    Defaults: ``temperature=1.0``, ``hardness_alpha=0.0``,
+    ``positive_in_denominator="keep"``, ``tau_plus=0.0``, ``beta=0.0``,
+    ``reduction="mean"``.
+    ``num_hard_negatives`` is TF Recommenders' option of that name
+    (:func:`hard_negative_mining`)."""
 
     _options = (
         "temperature",

@@ -22,7 +22,7 @@ from candidate_sampling._validate import (
     common_float_dtype,
     get_validate_args,
 )
-from candidate_sampling.losses.core import positive_column_cross_entropy, reduce_loss
+from candidate_sampling.losses.core import _positive_column_cross_entropy, reduce_loss
 
 __all__ = [
     "softmax_cross_entropy",
@@ -49,12 +49,13 @@ def softmax_cross_entropy(
     in at least float32. ``sample_weight``: (B,) per-row weights
     (:func:`~candidate_sampling.losses.core.reduce_loss`). Reduction ``"mean"`` over rows
     (default), ``"sum"`` or ``"none"``.
+    Defaults: ``reduction="mean"``.
     """
     check_tensor("logits", logits, ("B", "|V|"), floating=True)
     check_tensor("positive_ids", positive_ids, ("B",), floating=False)
     check_same("batch size B", logits=logits.shape[0], positive_ids=positive_ids.shape[0])
     check_ids("positive_ids", positive_ids, logits.shape[1])
-    per_row = positive_column_cross_entropy(logits, positive_ids)
+    per_row = _positive_column_cross_entropy(logits, positive_ids)
     return reduce_loss(per_row, reduction, sample_weight=sample_weight)
 
 
@@ -127,8 +128,10 @@ def effective_sample_size(weights: torch.Tensor) -> torch.Tensor:
             f"weights must have shape (..., m) with m >= 1, got {tuple(weights.shape)}"
         )
     if get_validate_args():
-        if not bool((weights >= 0).all()):
+        if not bool((weights >= 0).all()):  # NaN too
             raise ValueError(f"weights must be >= 0, got minimum {weights.min().item()!r}")
+        if bool(torch.isinf(weights).any()):
+            raise ValueError("weights must be finite, got inf")
         if not bool((weights.sum(-1) > 0).all()):
             raise ValueError("weights must not all be zero along the last axis")
     # divided by the row's largest weight first: raw ratios of 1e-30 or 1e30 would

@@ -80,6 +80,7 @@ def nce_from_scores(
     negative sampling (no corrections). Shapes as in
     :func:`~candidate_sampling.losses.sampled.sampled_softmax_from_scores`. Reduction:
     mean over rows of the per-row sum, weighted by ``sample_weight`` (B,).
+    Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """
     pos, neg = scores_to_logits(
         positive_scores,
@@ -114,6 +115,10 @@ def nce_loss(
     :func:`sampled_logistic_loss`. With sets built without log Q (``correct=False``) it
     is :func:`negative_sampling_loss`. At the optimum F learns ``log P(y | x)``. Shapes
     as in :func:`~candidate_sampling.losses.sampled.sampled_softmax_loss`.
+    ``repeated_hits`` (default ``"mask_all"``: every copy of a removed positive id) matters
+    only when hits are removed; ``"tensorflow"`` removes only the last copy, as TF's
+    ``compute_accidental_hits`` (:func:`~candidate_sampling.losses.core.accidental_hits`).
+    Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     pos, neg = _candidate_logits(
@@ -149,6 +154,9 @@ def negative_sampling_loss(
     accidental hits kept by default, as :func:`nce_loss`.
 
     ``loss = softplus(−s_t/τ) + Σ_j softplus(s_j/τ)``; F learns ``log(P(y|x) / Q(y))``.
+    Defaults: ``temperature=1.0``, ``repeated_hits="mask_all"``, ``reduction="mean"``.
+    ``repeated_hits="tensorflow"`` removes only the last copy of a repeated id, as
+    TensorFlow's ``compute_accidental_hits``.
     """
     return nce_loss(
         query,
@@ -175,6 +183,9 @@ def sampled_logistic_loss(
     """Sampled logistic: NCE with accidental hits removed (negatives S − T), chapter 3.
 
     F learns the log-odds ``log(P(y|x) / (1 − P(y|x)))``.
+    Defaults: ``temperature=1.0``, ``repeated_hits="mask_all"``, ``reduction="mean"``.
+    ``repeated_hits="tensorflow"`` removes only the last copy of a repeated id, as
+    TensorFlow's ``compute_accidental_hits``.
     """
     return nce_loss(
         query,
@@ -195,6 +206,8 @@ class NCELoss(_SampledLoss):
     TF's ``nce_loss`` defaults: unique draws, accidental hits kept (the logistic family's
     rule for every source), log expected count subtracted (``subtract_log_q=False`` gives
     negative sampling). Chapter 3.
+    Defaults: ``unique=True``, ``temperature=1.0``, ``repeated_hits="mask_all"``,
+    ``subtract_log_q=True``, ``reduction="mean"``.
     """
 
     _loss_fn = staticmethod(nce_loss)

@@ -46,6 +46,7 @@ import torch
 from candidate_sampling._validate import (
     check_bool,
     check_bool_mask,
+    check_callable,
     check_optional_bool,
     check_choice,
     check_ids,
@@ -55,7 +56,7 @@ from candidate_sampling._validate import (
     check_tensor,
     get_validate_args,
 )
-from candidate_sampling.candidates import CandidateSet, _check_candidate_set
+from candidate_sampling.candidates import CandidateSet, _check_candidate_set, _gather_rows
 from candidate_sampling.device import exact_float64
 from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator, inclusion_probability
 from candidate_sampling.losses.core import (
@@ -66,10 +67,10 @@ from candidate_sampling.losses.core import (
     _corrected_logits,
     _invalid_columns,
     _Loss,
+    _positive_column_cross_entropy,
     _union_masks,
     check_temperature,
     mask_logits,
-    positive_column_cross_entropy,
     reduce_loss,
 )
 from candidate_sampling.sampling.samplers import CandidateSampler
@@ -143,6 +144,9 @@ def in_batch_logits(
     ``removed`` (B, B + C) bool, True = remove, e.g. known positives) hold the finite
     :func:`~candidate_sampling.losses.core.mask_value`. A row's own positive column is
     never removed. Chapters 5–8.
+    Defaults: ``temperature=1.0``, ``repeated_hits="mask_all"``.
+    ``repeated_hits="tensorflow"`` removes only the last copy of a repeated id, as
+    TensorFlow's ``compute_accidental_hits``.
     """
     check_temperature(temperature)
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
@@ -183,6 +187,7 @@ def in_batch_softmax_loss(
     False none (``repeated_hits`` as in
     :func:`~candidate_sampling.losses.core.accidental_hits`). ``sample_weight``: (B,).
     Reduction over rows: ``"mean"`` (default), ``"sum"`` (TFRS) or ``"none"``. Chapter 5.
+    Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """
     logits = in_batch_logits(
         query,
@@ -193,7 +198,7 @@ def in_batch_softmax_loss(
         repeated_hits=repeated_hits,
     )
     columns = torch.arange(query.shape[0], device=logits.device)
-    per_row = positive_column_cross_entropy(logits, columns)
+    per_row = _positive_column_cross_entropy(logits, columns)  # our own columns: no check
     return reduce_loss(per_row, reduction, sample_weight=sample_weight)
 
 
@@ -223,6 +228,7 @@ class RetrievalLoss(_Loss):
     item_encoder=None, sample_weight=None, generator=None)`` → the loss of
     :func:`in_batch_softmax_loss` with the CandidateSets it builds; ``positive_ids`` are
     ``>= 0``, and ``< |V|`` with ``item_probabilities`` (value checks).
+    Defaults: ``temperature=1.0``, ``num_samples=0``, ``reduction="mean"``.
     """
 
     _options = (
@@ -271,6 +277,11 @@ class RetrievalLoss(_Loss):
         check_int_range("num_samples", num_samples, 0)
         if num_samples and sampler is None:
             raise ValueError("num_samples > 0 needs a sampler for the extra negatives")
+        if unique and not num_samples:
+            raise ValueError(
+                "unique=True needs num_samples > 0 (it says how the extra negatives are "
+                "drawn; there are none)"
+            )
         if sampler is not None and not isinstance(sampler, CandidateSampler):
             raise ValueError(f"sampler must be a CandidateSampler, got {type(sampler).__name__}")
         if sampler is not None and item_probabilities is not None:  # one catalogue
@@ -326,16 +337,28 @@ class RetrievalLoss(_Loss):
         check_ids("positive_ids", positive_ids, num_items)
         if self.frequency_estimator is not None:
             self.frequency_estimator.update(positive_ids)
-        positives = CandidateSet(positive_embeddings, positive_ids)
+        if positive_ids.device != positive_embeddings.device:
+            raise ValueError(
+                f"positive_ids must be on positive_embeddings' device "
+                f"{positive_embeddings.device}, got {positive_ids.device}"
+            )
+        # the checks above are the sets' own: they are made without checking again
+        positives = CandidateSet._unchecked(positive_embeddings, positive_ids.long())
         extras = draw = None
         if self.num_samples:
             if item_encoder is None:
                 raise ValueError("item_encoder is needed to embed the sampled extra negatives")
+            check_callable("item_encoder", item_encoder, "a function or module: ids → (n, d)")
             draw = self.sampler.sample(self.num_samples, unique=self.unique, generator=generator)
-            extras = CandidateSet.from_ids(
-                draw.ids.to(positive_ids.device),
-                item_encoder,
-                source="unique" if draw.unique else "replacement",
+            extra_ids = draw.ids.to(positive_ids.device)
+            rows = _gather_rows(item_encoder, extra_ids, False, "item_encoder")
+            if rows.shape[1] != query.shape[1] or rows.device != query.device:
+                raise ValueError(
+                    f"item_encoder must return embeddings of size d = {query.shape[1]} on "
+                    f"{query.device} (query's), got {tuple(rows.shape)} on {rows.device}"
+                )
+            extras = CandidateSet._unchecked(rows, extra_ids).with_source(
+                "unique" if draw.unique else "replacement"
             )
         if self.log_q_source != "none":
             # one expression for every column: Q* = B·q(y) + (expected count among extras)
@@ -357,9 +380,9 @@ class RetrievalLoss(_Loss):
                     "never hold)"
                 )
             log_q = torch.log(counts).float().to(query.device)
-            positives = CandidateSet(positive_embeddings, positive_ids, log_q[:batch])
+            positives = CandidateSet._unchecked(positives.embeddings, positives.ids, log_q[:batch])
             if extras is not None:
-                extras = CandidateSet(
+                extras = CandidateSet._unchecked(
                     extras.embeddings, extras.ids, log_q[batch:], source=extras.source
                 )
         return in_batch_softmax_loss(

@@ -54,10 +54,12 @@ from candidate_sampling.losses.core import (
     _invalid_columns,
     _Loss,
     _union_masks,
-    apply_temperature,
+    _accidental_hits,
+    _apply_temperature,
+    _correct_logits,
     check_temperature,
-    correct_logits,
     mask_logits,
+    _positive_column_cross_entropy,
     positive_column_cross_entropy,
     reduce_loss,
     score,
@@ -83,10 +85,11 @@ def _logits(
     owns_scores: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Steps 2–4 on (B, T) positive and (B, C) negative scores (negatives in place if owned)."""
-    pos = correct_logits(apply_temperature(positive_scores, temperature), positive_log_q)
-    neg = apply_temperature(negative_scores, temperature, inplace=owns_scores)
+    pos = _apply_temperature(positive_scores, temperature, False)
+    pos = _correct_logits(pos, positive_log_q, False)
+    neg = _apply_temperature(negative_scores, temperature, owns_scores)
     owned = owns_scores or neg is not negative_scores
-    neg = correct_logits(neg, negative_log_q, inplace=owned)
+    neg = _correct_logits(neg, negative_log_q, owned)
     owned = owned or neg is not negative_scores
     return pos, mask_logits(neg, removed, inplace=owned)
 
@@ -113,6 +116,9 @@ def candidate_logits(
     :func:`~candidate_sampling.losses.core.accidental_hits`. A row's positive cannot be
     removed: a ``positives.mask`` with a False entry is an error (a value check; drop the
     row or give it ``sample_weight`` 0 instead). Chapters 3–4.
+    Defaults: ``temperature=1.0``, ``repeated_hits="mask_all"``.
+    ``repeated_hits="tensorflow"`` removes only the last copy of a repeated id, as
+    TensorFlow's ``compute_accidental_hits``.
     """
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     return _candidate_logits(
@@ -175,7 +181,7 @@ def _softmax_rows(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
     if num_true == 1:
         return positive_column_cross_entropy(logits, 0)
     columns = torch.arange(num_true, device=logits.device).expand(logits.shape[0], -1)
-    return positive_column_cross_entropy(logits, columns)
+    return _positive_column_cross_entropy(logits, columns)
 
 
 def sampled_softmax_loss(
@@ -206,6 +212,7 @@ def sampled_softmax_loss(
     mean over rows (Keras semantics, :func:`~candidate_sampling.losses.core.reduce_loss`;
     TF returns the per-row vector, ``reduction="none"``). TF table: positives
     T, negatives S − T, input F − log Q, softmax; F learns ``log P(y | x) + K(x)``.
+    Defaults: ``temperature=1.0``, ``repeated_hits="mask_all"``.
     """
     pos, neg = candidate_logits(
         query,
@@ -301,6 +308,7 @@ def sampled_softmax_from_scores(
     shaped like ``positive_scores``; ``negative_log_q``: (k,) or (B, k); ``mask``: (B, k)
     bool, **True = remove** (accidental hits); ``sample_weight``: (B,). None = no
     correction / no mask. A constant added to every log Q leaves the loss unchanged.
+    Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """
     pos, neg = scores_to_logits(
         positive_scores,
@@ -381,6 +389,11 @@ class _SampledLoss(_Loss):
         sample_weight: torch.Tensor | None = None,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
+        check_tensor("query", query, ("B", "d"), floating=True)
+        if isinstance(positive_ids, torch.Tensor) and positive_ids.dim() in (1, 2):
+            check_same(
+                "batch size B", query=query.shape[0], positive_ids=positive_ids.shape[0]
+            )
         self.last_draw = draw = self.sampler.sample(
             self.num_samples, unique=self.unique, generator=generator, positive_ids=positive_ids
         )

@@ -42,6 +42,7 @@ from candidate_sampling._validate import (
     check_bool,
     check_optional_bool,
     check_finite,
+    check_ids,
     check_reduction,
     check_same,
     check_tensor,
@@ -132,6 +133,8 @@ def sigmoid_pair_terms(
     check_tensor("logits", logits, ("B", "C"), floating=True, allow_empty=True)
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
     _check_hit_ids(positive_ids, candidate_ids)
+    check_ids("positive_ids", positive_ids, None)
+    check_ids("candidate_ids", candidate_ids, None)
     batch, num_cols = logits.shape
     check_same("batch size B", logits=batch, positive_ids=positive_ids.shape[0])
     check_same("number of columns C", logits=num_cols, candidate_ids=candidate_ids.shape[0])
@@ -189,6 +192,7 @@ def sigmoid_pairwise_loss(
     of a set are dropped either way. Reduction over rows of the per-row sums, weighted by ``sample_weight``:
     ``"mean"`` (default; SigLIP's sum over pairs divided by the batch size), ``"sum"`` or
     ``"none"``. Chapter 7.
+    Defaults: ``temperature=1.0``, ``bias=0.0``, ``reduction="mean"``.
     """
     check_reduction(reduction)
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
@@ -216,6 +220,7 @@ class SigmoidPairwiseLoss(nn.Module):
     ``learnable=True`` (the default), a buffer otherwise. ``forward(query, positives,
     candidates=None, *, sample_weight=None)`` is :func:`sigmoid_pairwise_loss`
     (``remove_accidental_hits`` as there: None keeps hits). Chapter 7.
+    Defaults: ``reduction="mean"``.
     """
 
     def __init__(

@@ -35,11 +35,13 @@ import torch
 from candidate_sampling._validate import (
     check_bool,
     check_choice,
+    check_device,
     check_finite,
     check_ids,
     check_int_range,
     check_positive,
     check_probabilities,
+    check_real_tensor,
     check_tensor,
     get_validate_args,
 )
@@ -77,7 +79,7 @@ def item_probabilities(counts: torch.Tensor) -> torch.Tensor:
 
     ``counts``: (|V|,) non-negative counts (int or float) with a positive sum. Chapter 5.
     """
-    check_tensor("counts", counts, ("V",))
+    check_real_tensor("counts", counts, ("V",))
     device = counts.device
     counts = exact_float64(counts)  # on the CPU where the device has no float64 (MPS)
     check_finite("counts", counts)
@@ -267,6 +269,7 @@ class StreamingFrequencyEstimator:
     memory is ``2 · num_hashes · H`` numbers); ``seed``: draws the hash functions.
     With ``num_hashes=1`` and ``num_buckets >= num_items`` use ``hash_ids=False`` to index
     by id directly (no collisions). Chapter 5.
+    Defaults: ``learning_rate=0.01``, ``hash_ids=True``, ``seed=0``.
     """
 
     def __init__(
@@ -294,7 +297,7 @@ class StreamingFrequencyEstimator:
         self.learning_rate = float(learning_rate)
         self.hash_ids = hash_ids
         self.warm_start = warm_start
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.device = check_device("device", device) or torch.device("cpu")
         self.hash_params = draw_hash_parameters(num_hashes, seed).to(self.device)
         # float64 where the device has it; on MPS float32, exact for steps below 2^24
         dtype = float64_or_float32(self.device)

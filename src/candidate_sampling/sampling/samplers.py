@@ -54,11 +54,17 @@ from dataclasses import dataclass
 import torch
 
 from candidate_sampling._validate import (
+    _is_compiling,
     check_bool,
+    check_device,
+    check_finite,
+    check_generator,
     check_ids,
     check_int_range,
+    check_tensor,
     get_validate_args,
 )
+from candidate_sampling.candidates import _check_draw
 from candidate_sampling.device import exact_float64, float64_or_float32, has_float64
 from candidate_sampling.sampling.frequency import _log_expected_count
 
@@ -112,9 +118,58 @@ class CandidateDraw:
     def __post_init__(self) -> None:
         # a truthy "no" would read as a unique draw in the losses (RetrievalLoss's log Q)
         object.__setattr__(self, "unique", check_bool("unique", self.unique))
+        # a hand-built draw is checked as a sampler's is made: ids (k,) >= 0 with a finite
+        # log Q each; num_tries >= k (== k with replacement); positive_log_q shaped like
+        # positive_ids, never NaN or +inf (-inf: an id the proposal cannot draw)
+        check_tensor("ids", self.ids, ("k",), floating=False, allow_empty=True)
+        check_ids("ids", self.ids, None)
+        check_tensor("log_q", self.log_q, (self.ids.shape[0],), floating=True, allow_empty=True)
+        check_finite("log_q", self.log_q)
+        check_int_range("num_tries", self.num_tries, self.ids.shape[0])
+        if not self.unique and self.num_tries != self.ids.shape[0]:
+            raise ValueError(
+                f"num_tries must equal the number of ids ({self.ids.shape[0]}) when "
+                f"unique=False, got {self.num_tries}"
+            )
+        if self.positive_ids is not None:  # positive_log_q may be missing (checked in use)
+            if not isinstance(self.positive_ids, torch.Tensor):
+                raise ValueError(
+                    f"positive_ids must be a tensor of ids, got {type(self.positive_ids).__name__}"
+                )
+            shape = tuple(self.positive_ids.shape)
+            check_tensor("positive_ids", self.positive_ids, shape, floating=False, allow_empty=True)
+            check_ids("positive_ids", self.positive_ids, None)
+        if self.positive_log_q is not None:
+            if not isinstance(self.positive_log_q, torch.Tensor):
+                raise ValueError(
+                    "positive_log_q must be a tensor, got "
+                    f"{type(self.positive_log_q).__name__}"
+                )
+            shape = tuple(
+                self.positive_log_q.shape if self.positive_ids is None else self.positive_ids.shape
+            )
+            check_tensor(
+                "positive_log_q", self.positive_log_q, shape, floating=True, allow_empty=True
+            )
+            if get_validate_args() and bool(
+                (torch.isnan(self.positive_log_q) | torch.isposinf(self.positive_log_q)).any()
+            ):
+                raise ValueError("positive_log_q must not be NaN or +inf")
+        self._set_version()
+
+    def _set_version(self) -> None:
         # the ids' version now: an in-place write to them later (a reused id buffer,
         # ids.copy_(next_batch)) makes positive_log_q another batch's
         object.__setattr__(self, "_positive_ids_version", _version_of(self.positive_ids))
+
+    @classmethod
+    def _unchecked(cls, **fields) -> CandidateDraw:
+        """A draw a sampler made (its fields are right by construction: no checks)."""
+        out = object.__new__(cls)
+        for name, value in fields.items():
+            object.__setattr__(out, name, value)
+        out._set_version()
+        return out
 
     def check_positive_ids(self, positive_ids: torch.Tensor) -> None:
         """Raise unless this draw was made with ``sample(..., positive_ids=positive_ids)``.
@@ -136,6 +191,7 @@ class CandidateDraw:
             )
         if (
             positive_ids is self.positive_ids
+            and not _is_compiling()  # a tensor's version counter is not traceable
             and _version_of(positive_ids) != self._positive_ids_version
         ):
             raise ValueError(
@@ -193,7 +249,7 @@ class CandidateSampler:
     ) -> None:
         check_int_range("num_items", num_items, 1)
         self.num_items = num_items
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.device = check_device("device", device) or torch.device("cpu")
         self.exclude = _as_exclude(exclude, num_items).to(self.device)
         self.num_allowed = num_items - int(self.exclude.numel())
         self._probs: torch.Tensor | None = None
@@ -224,15 +280,7 @@ class CandidateSampler:
         )
 
     def _check_generator(self, generator: torch.Generator | None) -> None:
-        if generator is None:
-            return
-        if not isinstance(generator, torch.Generator):
-            raise ValueError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-        if generator.device.type != self.device.type:
-            raise ValueError(
-                f"generator must live on the sampler's device {self.device}, "
-                f"got a generator on {generator.device}"
-            )
+        check_generator("generator", generator, self.device)
 
     def sample(
         self,
@@ -270,7 +318,7 @@ class CandidateSampler:
             p = self._probs_of(positive_ids.to(self.device).long())
             positive_log_q = _log_expected_count(p, num_samples, tries, unique)
             positive_log_q = positive_log_q.to(positive_ids.device)
-        return CandidateDraw(
+        return CandidateDraw._unchecked(
             ids=ids,
             log_q=log_q,
             num_tries=tries,
@@ -286,8 +334,7 @@ class CandidateSampler:
         Returns float32 of ``ids``' shape on the sampler's device; ``-inf`` for excluded ids.
         """
         check_ids("ids", ids, self.num_items)
-        if not isinstance(draw, CandidateDraw):
-            raise ValueError(f"draw must be a CandidateDraw, got {type(draw).__name__}")
+        _check_draw(draw)
         p = self._probs_of(ids.to(self.device).long())
         return _log_expected_count(p, draw.num_samples, draw.num_tries, draw.unique)
 

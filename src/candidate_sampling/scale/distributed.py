@@ -148,6 +148,13 @@ def all_gather_with_grad(
     """
     if not isinstance(tensor, torch.Tensor) or tensor.dim() < 1:
         raise ValueError("tensor must be a torch.Tensor with at least one dimension")
+    if sizes is not None and (
+        not isinstance(sizes, (list, tuple))
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes)
+    ):
+        raise ValueError(
+            f"sizes must be a list of every rank's row count (ints >= 0), got {sizes!r}"
+        )
     _, world = rank_and_world_size(group)
     if world == 1:
         return tensor
@@ -291,9 +298,13 @@ def gathered_softmax_loss(
     equals the single-process step on the concatenated batch. With unequal ``B_r`` the
     average of per-rank means is not the global mean: use ``reduction="sum"`` divided by
     ``N``, and sum (not average) over ranks. Chapter 7.
+    Defaults: ``temperature=1.0``, ``repeated_hits="mask_all"``, ``reduction="mean"``.
+    ``repeated_hits="tensorflow"`` removes only the last copy of a repeated id, as
+    TensorFlow's ``compute_accidental_hits``.
     """
     # checked before the collective: a bad option fails fast, on every rank
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
+    _check_candidate_set("candidates", candidates, optional=True)
     gathered = gather_candidates(positives, item_probabilities=item_probabilities, group=group)
     batch = positives.num_candidates
     own = gathered.select(slice(0, batch))
@@ -497,6 +508,7 @@ def ring_sigmoid_loss(
     Gradients reach ``query``, the positives' embeddings (and their log Q and bias when
     those require grad), ``bias`` and a learnable ``temperature``; no double backward.
     Chapter 7.
+    Defaults: ``temperature=1.0``, ``bias=0.0``, ``reduction="mean"``.
     """
     check_reduction(reduction)
     remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)

@@ -177,8 +177,8 @@ def gradcache_backward(
         )
     if not all(callable(e) for e in encoders):
         raise ValueError("every encoder must be callable (an nn.Module or a function)")
-    cuda_devices, mps = _devices(encoders, inputs)
     chunked = [_split(batch, chunk_size, f"inputs[{k}]") for k, batch in enumerate(inputs)]
+    cuda_devices, mps = _devices(encoders, inputs)
     states: list[list[_RngState]] = []
     cached: list[torch.Tensor] = []
     with torch.no_grad():
@@ -215,6 +215,16 @@ def _rows(columns: CandidateSet, rows: slice) -> CandidateSet:
     )
 
 
+def _upcast_set(columns: CandidateSet | None) -> CandidateSet | None:
+    """``columns`` with float16 / bfloat16 embeddings and bias in float32 (None: None)."""
+    if columns is None or columns.embeddings.dtype not in (torch.float16, torch.bfloat16):
+        return columns
+    bias = None if columns.bias is None else columns.bias.float()
+    return CandidateSet._unchecked(
+        columns.embeddings.float(), columns.ids, columns.log_q, columns.mask, bias
+    )
+
+
 def checkpointed_in_batch_softmax_loss(
     query: torch.Tensor,
     positives: CandidateSet,
@@ -240,6 +250,7 @@ def checkpointed_in_batch_softmax_loss(
     column's source, the batch's copies kept); removed ids are masked in every copy
     (``repeated_hits="mask_all"``; TensorFlow's last-copy rule depends on the column order). Gradients equal the one-pass loss's to
     rounding. Chapter 7.
+    Defaults: ``temperature=1.0``, ``reduction="mean"``.
     """
     check_int_range("block_size", block_size, 1)
     check_reduction(reduction)
@@ -247,6 +258,10 @@ def checkpointed_in_batch_softmax_loss(
     _check_in_batch(query, positives, candidates)  # no wrap-around: one positive per row
     positives = positives.with_source("batch")  # the in-batch contract (hit rule)
     batch = query.shape[0]
+    # half-precision columns are cast once, here: every block then sends its gradient to
+    # one float32 tensor, and the sum is cast back once (per block, float16 partial
+    # gradients of a column could overflow separately and meet as +inf − inf)
+    positives, candidates = _upcast_set(positives), _upcast_set(candidates)
 
     def block(start: int, q: torch.Tensor, *_tensors: torch.Tensor) -> torch.Tensor:
         rows = slice(start, start + q.shape[0])

@@ -34,12 +34,15 @@ import torch
 from torch import nn
 
 from candidate_sampling._validate import (
+    check_device,
     check_finite,
+    check_module,
     check_float_dtype,
     check_ids,
     check_int_range,
     check_same,
     check_tensor,
+    common_float_dtype,
     get_validate_args,
 )
 from candidate_sampling.candidates import CandidateSet
@@ -68,10 +71,15 @@ class CrossBatchMemory:
     (a value check). Chapter 7.
 
     pytorch-metric-learning's ``CrossBatchMemory(loss, M)`` holds the last M rows, the
-    current batch's among them, and scores each row against all of them but its own slot:
-    this queue with ``size = M − B``, the batch first, then the queue. One difference: PML's
-    memory, the batch's copy included, passes no gradient to the batch columns; here they
-    carry one (detach the positives passed to :meth:`candidates_for` for PML's gradient).
+    current batch's among them, and scores each row against all of them but its own slot.
+    For a fixed batch size ``B < M`` that is this queue with ``size = M − B`` (the batch
+    first, then the queue), exactly. It is not in general: when batch sizes vary, PML's
+    past rows number ``M − B_t`` (a queue of ``size = M − B`` holds ``M − B`` past rows
+    whatever ``B_t`` is); ``B = M`` is PML's memory of the batch alone (no queue at all
+    here); ``B > M`` fails PML's assertion. One more difference: PML's memory, the batch's copy
+    included, passes no gradient to the batch columns; here they carry one (detach the
+    positives passed to :meth:`candidates_for` for PML's gradient).
+    Defaults: ``dtype=torch.float32``.
     """
 
     def __init__(
@@ -86,7 +94,7 @@ class CrossBatchMemory:
         check_int_range("dim", dim, 1)
         check_float_dtype("dtype", dtype)
         self.size, self.dim = size, dim
-        device = torch.device(device) if device is not None else torch.device("cpu")
+        device = check_device("device", device) or torch.device("cpu")
         self._embeddings = torch.zeros(size, dim, dtype=dtype, device=device)
         self._ids = torch.zeros(size, dtype=torch.int64, device=device)
         self._steps = torch.zeros(size, dtype=torch.int64, device=device)
@@ -219,8 +227,11 @@ def embedding_drift(stored: torch.Tensor, current: torch.Tensor) -> torch.Tensor
             f"stored and current must have the same shape, got {tuple(stored.shape)} and "
             f"{tuple(current.shape)}"
         )
-    diff = (stored.to(current.dtype) - current).norm(dim=1)
-    return diff / current.norm(dim=1).clamp_min(torch.finfo(current.dtype).tiny)
+    # in at least float32: a float16 norm overflows (|x|² beyond 65504) where the ratio is 1
+    dtype = common_float_dtype(stored=stored, current=current)
+    stored, current = stored.to(dtype), current.to(dtype)
+    diff = (stored - current).norm(dim=1)
+    return diff / current.norm(dim=1).clamp_min(torch.finfo(dtype).tiny)
 
 
 def make_momentum_encoder(encoder: nn.Module) -> nn.Module:
@@ -242,6 +253,8 @@ def momentum_update(target: nn.Module, source: nn.Module, *, momentum: float) ->
     same parameter shapes; ``momentum`` m in [0, 1] (MoCo: 0.999; 0 copies the source, 1
     freezes the target). Chapter 7.
     """
+    check_module("target", target)
+    check_module("source", source)
     if isinstance(momentum, bool) or not isinstance(momentum, (int, float)):
         raise ValueError(f"momentum must be a number in [0, 1], got {momentum!r}")
     if not 0.0 <= momentum <= 1.0:

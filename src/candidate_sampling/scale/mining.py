@@ -73,8 +73,11 @@ import torch
 
 from candidate_sampling._validate import (
     check_bool,
+    check_bool_mask,
     check_choice,
     check_finite,
+    check_generator,
+    check_ids,
     check_int_range,
     check_nonnegative,
     check_real,
@@ -169,6 +172,33 @@ class MinedNegatives:
     valid: torch.Tensor
     built_at: int | None = None
 
+    def __post_init__(self) -> None:
+        # a hand-built set of mined negatives is checked as choose_negatives makes one
+        check_tensor("ids", self.ids, ("B", "k"), floating=False, allow_empty=True)
+        shape = tuple(self.ids.shape)
+        check_tensor("scores", self.scores, shape, floating=True, allow_empty=True)
+        check_tensor("ranks", self.ranks, shape, floating=False, allow_empty=True)
+        check_tensor("valid", self.valid, shape, allow_empty=True)
+        if self.valid.dtype != torch.bool:
+            raise ValueError(f"valid must be a bool tensor, got {self.valid.dtype}")
+        if self.built_at is not None:
+            check_int_range("built_at", self.built_at, 0)
+        if get_validate_args() and self.ids.numel():
+            ok = ((self.ids >= 0) & (self.ranks >= 0)) | ~self.valid
+            if not bool(ok.all()):
+                raise ValueError(
+                    "ids and ranks must be >= 0 where valid is True (-1 pads invalid entries)"
+                )
+
+    @classmethod
+    def _unchecked(cls, ids, scores, ranks, valid, built_at=None) -> MinedNegatives:
+        """Mined negatives made by :func:`choose_negatives` (right by construction)."""
+        out = object.__new__(cls)
+        out.ids, out.scores, out.ranks, out.valid, out.built_at = (
+            ids, scores, ranks, valid, built_at
+        )
+        return out
+
     def flat(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The valid negatives as ``(ids (M,), rows (M,))``, row-major."""
         rows = torch.arange(self.ids.shape[0], device=self.ids.device)[:, None]
@@ -222,13 +252,33 @@ def exclusion_mask(
     ``positive_ids``: (B, T) ids of each row's positives (``-1`` pads); ``known`` with
     ``user_index`` (B,): a :class:`~candidate_sampling.eval.KnownPairs` of each row's
     known positives (e.g. every movie the user rated). Excluded: padding, a row's
-    positives, its known items. On ``ids``' device. Chapter 8.
+    positives, its known items. On ``ids``' device. ``positive_ids`` may also be (B,).
+    Chapter 8.
     """
+    check_tensor("ids", ids, ("B", "k"), floating=False, allow_empty=True)
+    if get_validate_args() and ids.numel() and int(ids.min()) < -1:
+        raise ValueError(f"ids must be >= -1 (-1 pads), got {int(ids.min())}")
+    positive_ids = _check_positive_ids(positive_ids, ids.shape[0])
+    if (known is None) != (user_index is None):
+        raise ValueError("known and user_index must be given together")
+    if known is not None:
+        check_known(known)
+        check_tensor("user_index", user_index, (ids.shape[0],), floating=False, allow_empty=True)
+    return _exclusion_mask(ids, positive_ids, known, user_index)
+
+
+def _exclusion_mask(
+    ids: torch.Tensor,
+    positive_ids: torch.Tensor | None,
+    known: KnownPairs | None,
+    user_index: torch.Tensor | None,
+) -> torch.Tensor:
+    """:func:`exclusion_mask` of checked arguments (``positive_ids`` (B, T) or None)."""
     excluded = ids < 0
     if positive_ids is not None:
         excluded |= (ids[:, :, None] == positive_ids.to(ids.device)[:, None, :]).any(-1)
     if known is not None:
-        excluded |= known.mask(user_index, ids).to(ids.device)
+        excluded |= known._mask(user_index, ids).to(ids.device)
     return excluded
 
 
@@ -251,14 +301,31 @@ def survivors(
     docstring: rank in ``[range_min, range_max)``, score ``<= max_score``, and the
     positive-aware margins against ``positive_scores`` (B,). The scalar options are checked
     here too (cheap), so the step can be called alone. Chapter 8.
+    ``relative_margin = 0.05`` is NV-Retriever's TopK-PercPos filter.
     """
     check_tensor("scores", scores, ("B", "k"), floating=True)
-    check_tensor("excluded", excluded, tuple(scores.shape))
+    check_bool_mask("excluded", excluded, tuple(scores.shape))
     check_int_range("range_min", range_min, 0)
     check_int_range("range_max", range_max, range_min + 1)
     _check_rules(max_score, relative_margin, absolute_margin)
     if (relative_margin is not None or absolute_margin is not None) and positive_scores is None:
         raise ValueError("relative_margin / absolute_margin need positive_scores")
+    if positive_scores is not None:
+        check_tensor("positive_scores", positive_scores, (scores.shape[0],), floating=True)
+        check_finite("positive_scores", positive_scores)  # NaN would drop every candidate
+    rules = {
+        "max_score": max_score,
+        "relative_margin": relative_margin,
+        "absolute_margin": absolute_margin,
+        "positive_scores": positive_scores,
+    }
+    return _survivors(scores, excluded, range_min, range_max, **rules)
+
+
+def _survivors(scores, excluded, range_min, range_max, **rules) -> tuple:
+    """:func:`survivors` of checked arguments; ``rules``: its keyword options."""
+    max_score, positive_scores = rules.get("max_score"), rules.get("positive_scores")
+    relative_margin, absolute_margin = rules.get("relative_margin"), rules.get("absolute_margin")
     device = scores.device
     ranks = torch.cumsum((~excluded).long(), dim=1) - 1
     keep = ~excluded & (ranks >= range_min) & (ranks < range_max)
@@ -293,8 +360,32 @@ def choose_negatives(
     a search narrower than ``num_negatives``, are padded with id ``-1``, score ``-inf``,
     rank ``-1`` and ``valid=False``. Inputs (B, k) as from :func:`survivors`. Chapter 8.
     """
+    check_tensor("scores", scores, ("B", "k"), floating=True)
+    shape = tuple(scores.shape)
+    check_tensor("ids", ids, shape, floating=False)
+    check_tensor("ranks", ranks, shape, floating=False)
+    check_bool_mask("keep", keep, shape)
     check_choice("sampling", sampling, SAMPLING)
     check_int_range("num_negatives", num_negatives, 1)
+    check_generator("generator", generator)
+    if built_at is not None:
+        check_int_range("built_at", built_at, 0)
+    if get_validate_args() and not bool((((ids >= 0) & (ranks >= 0)) | ~keep).all()):
+        raise ValueError("ids and ranks must be >= 0 where keep is True (-1 pads)")
+    return _choose_negatives(scores, ids, ranks, keep, num_negatives, sampling, generator, built_at)
+
+
+def _choose_negatives(
+    scores: torch.Tensor,
+    ids: torch.Tensor,
+    ranks: torch.Tensor,
+    keep: torch.Tensor,
+    num_negatives: int,
+    sampling: str,
+    generator: torch.Generator | None,
+    built_at: int | None,
+) -> MinedNegatives:
+    """:func:`choose_negatives` of checked arguments."""
     batch, fetched = scores.shape
     device = scores.device
     if sampling == "random":
@@ -322,7 +413,7 @@ def choose_negatives(
 
     picked = pick(ids, -1), pick(scores, float("-inf")), pick(ranks, -1)
     valid = torch.cat([valid, valid.new_zeros((batch, pad))], 1) if pad else valid
-    return MinedNegatives(*picked, valid, built_at)
+    return MinedNegatives._unchecked(*picked, valid, built_at)
 
 
 class HardNegativeMiner:
@@ -404,8 +495,11 @@ class HardNegativeMiner:
         if item_ids is None:
             item_ids = torch.arange(n)
         check_tensor("item_ids", item_ids, (n,), floating=False)
-        if get_validate_args() and n and int(item_ids.min()) < 0:  # -1 marks "no result"
-            raise ValueError(f"item_ids must be >= 0, got {int(item_ids.min())}")
+        check_ids("item_ids", item_ids, None)  # -1 marks "no result"
+        if step is not None:
+            check_int_range("step", step, 0)
+        if get_validate_args() and torch.unique(item_ids).shape[0] != n:
+            raise ValueError("item_ids must be distinct: one row of item_embeddings per id")
         emb = item_embeddings.detach()
         if self.kind == "torch":
             # at least float32, as faiss: half-precision scores overflow and tie
@@ -473,6 +567,18 @@ class HardNegativeMiner:
         faiss = import_faiss()
         return int(faiss.serialize_index(self.index).nbytes)
 
+    def _check_catalogue(self, known: KnownPairs) -> None:
+        """``known`` must be a table of this index's catalogue: of exactly its ``N`` items
+        when the index holds ids ``0 … N − 1``, else of at least its largest id + 1."""
+        largest = int(self._sorted_ids[-1]) if len(self._sorted_ids) else -1
+        if largest == self.num_items - 1:  # distinct ids 0 … N − 1: the whole catalogue
+            known.check_catalogue(self.num_items)
+        elif known.num_items <= largest:
+            raise ValueError(
+                f"known must be built for a catalogue holding the index's ids (up to "
+                f"{largest}), got known.num_items={known.num_items}"
+            )
+
     def _check_built(self) -> None:
         if self.item_ids is None:
             raise ValueError("the index is empty: call build() or maybe_refresh() first")
@@ -487,6 +593,7 @@ class HardNegativeMiner:
     def item_vectors(self, ids: torch.Tensor) -> torch.Tensor:
         """The index's (possibly stale) float32 vectors of item ``ids`` (B,) → (B, d), on CPU."""
         self._check_built()
+        check_tensor("ids", ids, ("B",), floating=False, allow_empty=True)
         positions, found = self._positions_of(ids)
         if get_validate_args() and not bool(found.all()):
             missing = int(ids.reshape(-1).cpu()[~found.reshape(-1)][0])
@@ -571,6 +678,7 @@ class HardNegativeMiner:
         as production miners use) and rows whose window it cannot fill are padded.
         Returns :class:`MinedNegatives` on ``queries``' device. NaN queries or scores
         raise (an index turns NaN into arbitrary neighbours).
+        ``relative_margin = 0.05`` is NV-Retriever's TopK-PercPos filter.
         """
         self._check_built()
         check_tensor("queries", queries, ("B", self.dim), floating=True)
@@ -588,7 +696,9 @@ class HardNegativeMiner:
             raise ValueError("known and user_index must be given together")
         if known is not None:
             check_known(known)
+            self._check_catalogue(known)
             check_tensor("user_index", user_index, (batch,), floating=False)
+        check_generator("generator", generator)
         if (relative_margin is not None or absolute_margin is not None) and (
             positive_scores is None
         ):
@@ -605,7 +715,7 @@ class HardNegativeMiner:
         # how many to fetch: the window plus everything that may be removed in front of it
         extra = 0 if pos is None else pos.shape[1]
         if known is not None and batch:
-            extra += int(known.counts(user_index).max())
+            extra += int(known._counts_of(user_index).max())
         if fetch is None:
             fetch = range_max + extra
         check_int_range("fetch", fetch, 1)
@@ -625,24 +735,15 @@ class HardNegativeMiner:
                 queries, num_negatives, pos, known, user_index, rules
             )
         scores, ids = self._search(queries, min(self.num_items, fetch))  # 1. search
-        excluded = exclusion_mask(ids, positive_ids=pos, known=known, user_index=user_index)
+        excluded = _exclusion_mask(ids, pos, known, user_index)
         # rank among the non-excluded candidates, hardest = 0: the indexes return each
         # list best first (-inf pads last), so sorting again is needed only if one did not
         if not bool((scores[:, 1:] <= scores[:, :-1]).all()):
             order = torch.argsort(scores, dim=1, descending=True, stable=True)
             scores, ids, excluded = (t.gather(1, order) for t in (scores, ids, excluded))
-        ranks, keep = survivors(  # 3. the rules
-            scores, excluded, range_min=range_min, range_max=range_max, **rules
-        )
-        return choose_negatives(
-            scores,
-            ids,
-            ranks,
-            keep,
-            num_negatives=num_negatives,
-            sampling=sampling,
-            generator=generator,
-            built_at=self.built_at,
+        ranks, keep = _survivors(scores, excluded, range_min, range_max, **rules)  # 3. rules
+        return _choose_negatives(
+            scores, ids, ranks, keep, num_negatives, sampling, generator, self.built_at
         )
 
 
@@ -663,25 +764,27 @@ class HardNegativeMiner:
         non-excluded items that score higher."""
         scores = queries.detach().to(self._items.dtype) @ self._items.T  # (B, N), index order
         ids = self.item_ids.to(scores.device)[None, :].expand(scores.shape[0], -1)
-        excluded = exclusion_mask(ids, positive_ids=pos, known=known, user_index=user_index)
+        excluded = _exclusion_mask(ids, pos, known, user_index)
         # survivors' ranks assume sorted scores, but a window of [0, N) keeps every rank
-        _, keep = survivors(scores, excluded, range_min=0, range_max=scores.shape[1], **rules)
+        _, keep = _survivors(scores, excluded, 0, scores.shape[1], **rules)
         top = torch.topk(
             scores.masked_fill(~keep, float("-inf")), min(num_negatives, scores.shape[1]), dim=1
         )
         counted = scores.masked_fill(excluded, float("-inf"))
         # one (B, N) comparison per negative, not a (B, k, N) one: N may be the catalogue
         ranks = torch.stack([(counted > v[:, None]).sum(1) for v in top.values.unbind(1)], 1)
-        mined = choose_negatives(
+        mined = _choose_negatives(
             top.values,
             ids.gather(1, top.indices),
             ranks,
             keep.gather(1, top.indices),
-            num_negatives=num_negatives,
-            built_at=self.built_at,
+            num_negatives,
+            "top",
+            None,
+            self.built_at,
         )
         device = queries.device
-        return MinedNegatives(
+        return MinedNegatives._unchecked(
             *(t.to(device) for t in (mined.ids, mined.scores, mined.ranks, mined.valid)),
             self.built_at,
         )
