@@ -616,6 +616,7 @@ def hard_negative_softmax_loss(
     6. the reduction over rows, weighted by ``sample_weight`` (rows left without a
        negative are dropped from the mean in the decoupled modes). Every option is checked
        here, once, and an error names it. Chapter 8.
+
     Defaults: ``temperature=1.0``.
     """
     _check_options(
