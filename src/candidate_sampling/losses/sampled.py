@@ -52,6 +52,7 @@ from candidate_sampling.losses.core import (
     Temperature,
     _check_hit_ids,
     _hits_to_remove,
+    _last_copy,
     _invalid_columns,
     _Loss,
     _union_masks,
@@ -175,6 +176,13 @@ def _candidate_logits(
     positive_ids = positives.ids.reshape(batch, num_true)
     positive_ids = positive_ids if num_true > 1 else positive_ids[:, 0]
     _check_hit_ids(positive_ids, candidates.ids)
+    if defer_mask and num_true == 1 and candidates.mask is None and not _is_compiling():
+        removed = _hit_pairs(positive_ids, candidates, remove_accidental_hits, repeated_hits)
+        pos, neg = _logits(
+            pos_scores, neg_scores, None if positives.log_q is None else positives.log_q[:, None],
+            candidates.log_q, None, temperature, True, defer_mask=True,
+        )
+        return pos, neg, removed
     hits = _hits_to_remove(
         positive_ids, candidates, remove_accidental_hits, None, repeated_hits, logistic
     )
@@ -189,6 +197,39 @@ def _candidate_logits(
     return _logits(
         pos_scores, neg_scores, pos_log_q, candidates.log_q, removed, temperature, True
     )
+
+
+def _hit_pairs(
+    positive_ids: torch.Tensor,
+    candidates: CandidateSet,
+    remove_accidental_hits: bool | None,
+    repeated_hits: str,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The accidental hits to remove as (row, column) index pairs, or None: the True
+    entries of :func:`~candidate_sampling.losses.core.hits_to_remove` (softmax rule, one
+    positive per row), found by sorting the C candidate ids and searching the B positive
+    ids among them (B log C), not by comparing all B × C pairs."""
+    if remove_accidental_hits is False:
+        return None
+    eligible = None
+    if remove_accidental_hits is None:
+        eligible = candidates.hit_columns()
+        if eligible is None:
+            return None
+    ids = candidates.ids.to(positive_ids.device)
+    sorted_ids, order = ids.sort()
+    first = torch.searchsorted(sorted_ids, positive_ids)
+    counts = torch.searchsorted(sorted_ids, positive_ids, right=True) - first
+    rows = torch.repeat_interleave(torch.arange(len(positive_ids), device=ids.device), counts)
+    starts = torch.repeat_interleave(first - (counts.cumsum(0) - counts), counts)
+    cols = order[starts + torch.arange(len(rows), device=ids.device)]
+    keep = None if eligible is None else eligible.to(ids.device)[cols]
+    if repeated_hits == "tensorflow":
+        last = _last_copy(ids)[cols]
+        keep = last if keep is None else keep & last
+    if keep is not None:
+        rows, cols = rows[keep], cols[keep]
+    return rows, cols
 
 
 class _FirstColumnSoftmax(torch.autograd.Function):
@@ -206,10 +247,14 @@ class _FirstColumnSoftmax(torch.autograd.Function):
         batch, num_neg = neg.shape
         work = torch.empty(batch, 1 + num_neg, dtype=neg.dtype, device=neg.device)
         work[:, :1] = pos
-        if removed is None:
+        fill = mask_value(neg.dtype)
+        if isinstance(removed, tuple):  # (row, column) pairs of the few hits
+            work[:, 1:] = neg
+            work[removed[0], removed[1] + 1] = fill
+        elif removed is None:
             work[:, 1:] = neg
         else:
-            fill = torch.tensor(mask_value(neg.dtype), dtype=neg.dtype, device=neg.device)
+            fill = torch.tensor(fill, dtype=neg.dtype, device=neg.device)
             torch.where(removed, fill, neg, out=work[:, 1:])
         torch._softmax(work, 1, False, out=work)
         p_pos = work[:, 0]
@@ -218,7 +263,12 @@ class _FirstColumnSoftmax(torch.autograd.Function):
         if bool(low.any()):  # ℓ = lse − o_pos exactly, for the few rows that underflowed
             which = low.nonzero().squeeze(1)
             rows = torch.cat([pos.index_select(0, which), neg.index_select(0, which)], 1)
-            if removed is not None:
+            if isinstance(removed, tuple):
+                local = torch.full((batch,), -1, dtype=torch.long, device=neg.device)
+                local[which] = torch.arange(len(which), device=neg.device)
+                at = local[removed[0]]
+                rows[at[at >= 0], removed[1][at >= 0] + 1] = mask_value(neg.dtype)
+            elif removed is not None:
                 gone = removed.expand(batch, num_neg).index_select(0, which)
                 rows[:, 1:].masked_fill_(gone, mask_value(neg.dtype))
             lse = torch.logsumexp(rows, 1)
@@ -229,7 +279,12 @@ class _FirstColumnSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_losses):
         (work,) = ctx.saved_tensors
-        grad = work * grad_losses.unsqueeze(1)  # a new tensor: a second backward still works
+        # a new tensor, so that a second backward (retain_graph) still works; a mean's
+        # gradient is one number for every row: a scalar product, not a broadcast one
+        if grad_losses.dim() == 1 and grad_losses.stride(0) == 0:
+            grad = work * grad_losses[0]
+        else:
+            grad = work * grad_losses.unsqueeze(1)
         grad[:, 0] -= grad_losses
         return grad[:, :1], grad[:, 1:], None
 
@@ -241,8 +296,13 @@ def _fused_first_column_softmax(pos, neg, removed) -> torch.Tensor:
     if pos.shape[1] != 1 or neg.dtype not in (torch.float32, torch.float64) or (
         pos.dtype != neg.dtype or _is_compiling()
     ):
+        if isinstance(removed, tuple):
+            dense = torch.zeros(neg.shape, dtype=torch.bool, device=neg.device)
+            removed = dense.index_put_(removed, torch.tensor(True, device=neg.device))
         neg = mask_logits(neg, removed, inplace=False)
         return _softmax_rows(pos, neg)
+    if isinstance(removed, tuple):
+        return _FirstColumnSoftmax.apply(pos, neg, removed)
     if removed is not None:
         removed = removed.to(neg.device)
     return _FirstColumnSoftmax.apply(pos, neg, removed)
