@@ -279,12 +279,8 @@ class _FirstColumnSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_losses):
         (work,) = ctx.saved_tensors
-        # a new tensor, so that a second backward (retain_graph) still works; a mean's
-        # gradient is one number for every row: a scalar product, not a broadcast one
-        if grad_losses.dim() == 1 and grad_losses.stride(0) == 0:
-            grad = work * grad_losses[0]
-        else:
-            grad = work * grad_losses.unsqueeze(1)
+        # a new tensor, so that a second backward (retain_graph) still works
+        grad = work * grad_losses.unsqueeze(1)
         grad[:, 0] -= grad_losses
         return grad[:, :1], grad[:, 1:], None
 
