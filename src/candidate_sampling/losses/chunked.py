@@ -101,7 +101,7 @@ def default_chunk_size(
     check_int_range("memory_budget", memory_budget, 1)
     check_int_range("element_size", element_size, 1)
     _check_budget(num_rows, num_classes, method, memory_budget, element_size)
-    return _default_chunk_size(num_rows, num_classes, method, memory_budget, element_size)
+    return _default_chunk_size(num_rows, num_classes, method, memory_budget // element_size)
 
 
 def _check_budget(num_rows, num_classes, method, memory_budget, element_size) -> None:
@@ -115,19 +115,14 @@ def _check_budget(num_rows, num_classes, method, memory_budget, element_size) ->
 
 
 def _default_chunk_size(
-    num_rows: int,
-    num_classes: int,
-    method: str,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
-    element_size: int = 4,
+    num_rows: int, num_classes: int, method: str, logits: int = DEFAULT_MEMORY_BUDGET // 4
 ) -> int:
-    """:func:`default_chunk_size` of checked arguments."""
+    """:func:`default_chunk_size` of checked arguments; ``logits``: how many the memory
+    budget holds (``memory_budget // element_size``)."""
     if method == "rows":
-        fit = memory_budget // (num_classes * element_size)
-        return max(1, min(num_rows, _ROWS_TARGET, fit))
+        return max(1, min(num_rows, _ROWS_TARGET, logits // num_classes))
     rows = max(num_rows, 1)
-    fit = memory_budget // (rows * element_size)
-    return max(1, min(num_classes, max(128, _VOCAB_BLOCK_ELEMENTS // rows), fit))
+    return max(1, min(num_classes, max(128, _VOCAB_BLOCK_ELEMENTS // rows), logits // rows))
 
 
 def resolve_method(
@@ -155,20 +150,14 @@ def resolve_method(
     check_reduction(reduction)
     check_int_range("memory_budget", memory_budget, 1)
     check_int_range("element_size", element_size, 1)
-    return _resolve_method(num_rows, num_classes, reduction, half, memory_budget, element_size)
+    return _resolve_method(num_rows, num_classes, reduction, half, memory_budget // element_size)
 
 
-def _resolve_method(
-    num_rows: int,
-    num_classes: int,
-    reduction: str,
-    half: bool,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
-    element_size: int = 4,
-) -> str:
-    """:func:`resolve_method` of checked arguments."""
-    fit = memory_budget // (num_classes * element_size)
-    if reduction == "none" or half or fit < max(1, min(num_rows, _MIN_ROWS)):
+def _resolve_method(num_rows, num_classes, reduction, half, logits=DEFAULT_MEMORY_BUDGET // 4):
+    """:func:`resolve_method` of checked arguments (``logits`` as in
+    :func:`_default_chunk_size`): the row form while the budget holds 64 rows (or all)."""
+    rows_held = logits // num_classes
+    if reduction == "none" or half or rows_held < max(1, min(num_rows, _MIN_ROWS)):
         return "vocab"
     return "rows"
 
@@ -596,16 +585,14 @@ def chunked_softmax_cross_entropy(
     size = dtype.itemsize
     if method == "auto":
         half = classes.dtype in (torch.float16, torch.bfloat16)
-        method = _resolve_method(kept, num_classes, reduction, half, memory_budget, size)
+        method = _resolve_method(kept, num_classes, reduction, half, memory_budget // size)
         if not grads:  # a forward alone: the vocabulary blocks do one matmul, no more
             method = "vocab"
     if chunk_size is None:
         _check_budget(kept, num_classes, method, memory_budget, size)
 
     if method == "rows":
-        chunk = chunk_size or _default_chunk_size(
-            kept, num_classes, "rows", memory_budget, size
-        )
+        chunk = chunk_size or _default_chunk_size(kept, num_classes, "rows", memory_budget // size)
         if weight is None:
             denominator = kept if reduction == "mean" else 1
             row_scale = torch.full((kept,), 1.0 / denominator if kept else 0.0, dtype=dtype)
@@ -617,7 +604,9 @@ def chunked_softmax_cross_entropy(
         )
         return _nan_if_none_kept(total, keep, reduction)
 
-    chunk = chunk_size or _default_chunk_size(kept, num_classes, "vocab", memory_budget, size)
+    chunk = chunk_size or _default_chunk_size(
+        kept, num_classes, "vocab", memory_budget // size
+    )
     losses = _VocabChunked.apply(q, classes, class_bias, temp_tensor, tau, ids, chunk, dtype)
     if weight is not None:
         losses = losses * weight
