@@ -317,7 +317,9 @@ class _RowsChunked(torch.autograd.Function):
                 torch.addmm(b, q_rows, weights.T, out=block)
             ids_rows = ids[start : start + rows].unsqueeze(1)
             row_losses = losses[start : start + rows]
-            if _is_compiling():  # separate passes, which the compiler fuses itself
+            # separate passes under torch.compile (the compiler fuses them itself) and on
+            # an accelerator (no host read per block to test for an underflow)
+            if _is_compiling() or q.device.type != "cpu":
                 positive = block.gather(1, ids_rows).squeeze(1)
                 row_max = block.amax(1, keepdim=True)
                 total = block.sub_(row_max).exp_().sum(1, keepdim=True)

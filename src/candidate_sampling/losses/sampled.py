@@ -176,7 +176,7 @@ def _candidate_logits(
     positive_ids = positives.ids.reshape(batch, num_true)
     positive_ids = positive_ids if num_true > 1 else positive_ids[:, 0]
     _check_hit_ids(positive_ids, candidates.ids)
-    if defer_mask and num_true == 1 and candidates.mask is None and not _is_compiling():
+    if defer_mask and num_true == 1 and candidates.mask is None and _fused(query):
         removed = _hit_pairs(positive_ids, candidates, remove_accidental_hits, repeated_hits)
         pos, neg = _logits(
             pos_scores, neg_scores, None if positives.log_q is None else positives.log_q[:, None],
@@ -285,12 +285,18 @@ class _FirstColumnSoftmax(torch.autograd.Function):
         return grad[:, :1], grad[:, 1:], None
 
 
+def _fused(tensor: torch.Tensor) -> bool:
+    """Whether the fused step applies: on the CPU, outside ``torch.compile``. It reads
+    values on the host (hit counts, an underflow test), each a synchronisation on an
+    accelerator, where the separate passes are cheap and add no read."""
+    return tensor.device.type == "cpu" and not _is_compiling()
+
+
 def _fused_first_column_softmax(pos, neg, removed) -> torch.Tensor:
     """Steps 4–5 of one positive per row: :class:`_FirstColumnSoftmax` where it applies
-    (float32 / float64, outside ``torch.compile``), else the mask and
-    :func:`_softmax_rows`."""
+    (float32 / float64, :func:`_fused`), else the mask and :func:`_softmax_rows`."""
     if pos.shape[1] != 1 or neg.dtype not in (torch.float32, torch.float64) or (
-        pos.dtype != neg.dtype or _is_compiling()
+        pos.dtype != neg.dtype or not _fused(neg)
     ):
         if isinstance(removed, tuple):
             dense = torch.zeros(neg.shape, dtype=torch.bool, device=neg.device)
