@@ -1053,3 +1053,15 @@ def test_fused_sampled_softmax_backward_twice_with_retain_graph():
     first = torch.autograd.grad(loss, query, retain_graph=True)[0]
     second = torch.autograd.grad(loss, query)[0]
     torch.testing.assert_close(first, second, rtol=0, atol=0)
+
+
+def test_fused_sampled_softmax_with_int32_positive_ids_finds_the_same_hits():
+    table, query, positive_ids, draw = _fused_problem(5, num_items=15, k=10)
+    args = (CandidateSet.from_draw(draw, table),)
+    got = L.sampled_softmax_loss(
+        query, CandidateSet.positives_of(positive_ids.int(), table, draw=draw), *args
+    )
+    want = L.sampled_softmax_loss(
+        query, CandidateSet.positives_of(positive_ids, table, draw=draw), *args
+    )
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

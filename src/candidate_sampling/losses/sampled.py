@@ -218,8 +218,9 @@ def _hit_pairs(
             return None
     ids = candidates.ids.to(positive_ids.device)
     sorted_ids, order = ids.sort()
-    first = torch.searchsorted(sorted_ids, positive_ids)
-    counts = torch.searchsorted(sorted_ids, positive_ids, right=True) - first
+    wanted = positive_ids.to(ids.dtype)  # searchsorted needs one dtype; == does not
+    first = torch.searchsorted(sorted_ids, wanted)
+    counts = torch.searchsorted(sorted_ids, wanted, right=True) - first
     rows = torch.repeat_interleave(torch.arange(len(positive_ids), device=ids.device), counts)
     starts = torch.repeat_interleave(first - (counts.cumsum(0) - counts), counts)
     cols = order[starts + torch.arange(len(rows), device=ids.device)]
@@ -303,9 +304,7 @@ def _fused_first_column_softmax(pos, neg, removed) -> torch.Tensor:
             removed = dense.index_put_(removed, torch.tensor(True, device=neg.device))
         neg = mask_logits(neg, removed, inplace=False)
         return _softmax_rows(pos, neg)
-    if isinstance(removed, tuple):
-        return _FirstColumnSoftmax.apply(pos, neg, removed)
-    if removed is not None:
+    if removed is not None and not isinstance(removed, tuple):
         removed = removed.to(neg.device)
     return _FirstColumnSoftmax.apply(pos, neg, removed)
 
