@@ -98,11 +98,12 @@ def main() -> None:
             def s(idx, Q, k): idx.hnsw.efSearch = k; return idx.search(Q, K)[1]
             return idx, s, [40, 48, 56, 64, 80, 100, 128, 160, 192, 256, 384, 512]
         return make
-    print(json.dumps(dict(N=N, exact_s_1024_queries=round(t_exact, 3), nlist=nlist)), flush=True)
+    print(json.dumps(dict(N=N, exact_s_test_queries=round(t_exact, 3), nlist=nlist)), flush=True)
     which = sys.argv[3].split(",") if len(sys.argv) > 3 else None
     for name, make in [("IVFFlat MIPS->L2 8sqrtN", lambda: ivf_l2(int(8 * math.sqrt(N)))), ("IVFFlat MIPS->L2", ivf_l2), ("IVFFlat IP", ivf_ip), ("IVF-SQ8 MIPS->L2 + RefineFlat(k_factor 2)", ivf_sq_refine),
                        ("IVFPQ(13x8) MIPS->L2 + RefineFlat(k_factor 4)", ivf_pq_refine), ("HNSW M=32", hnsw(32)), ("HNSW M=48", hnsw(48))]:
-        if which and name not in which:  # exact names continue
+        if which and name not in which:  # exact names
+            continue
         try: build(name, make)
         except Exception as e: print(name, "failed", e, flush=True)
 
