@@ -20,6 +20,10 @@ Benchmarks (the book's "Benchmarks" appendix explains each one):
 ``chunked``    the exact softmax in chunks (chapter 10) against the full logits, torch's
                ``F.linear_cross_entropy`` and sampled softmax: time and own peak memory
                against N and |V|;
+``sampled``    sampled softmax (|V| = 10^6, B = 512, k = 4,096) and a sparse-Adagrad
+               training step against TensorFlow's ``tf.nn.sampled_softmax_loss``, when
+               TensorFlow imports (``requirements-peers-tensorflow.txt``); else skipped
+               with a message;
 ``evaluation`` exact full-catalogue ranks of test pairs, grouped by user (the CPU's
                schedule) vs one score row per pair (a GPU's), same ranks;
 ``book``       execution time of every chapter (skipped by ``--quick`` unless named in
@@ -72,6 +76,7 @@ BENCHMARKS = (
     "negatives",
     "mining",
     "chunked",
+    "sampled",
     "evaluation",
     "book",
 )
@@ -171,6 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
         mining,
         negatives,
         pipeline,
+        sampled,
         samplers,
         validation,
     )
@@ -207,6 +213,7 @@ def main(argv: list[str] | None = None) -> dict:
         "negatives": negatives,
         "mining": mining,
         "chunked": chunked,
+        "sampled": sampled,
         "evaluation": evaluation,
         "book": book,
     }

@@ -1035,6 +1035,7 @@ ENTRIES: dict[str, Entry] = {
         reduction=choice("mean"),
         chunk_size=integer(4, 1),
         method=choice("vocab"),
+        memory_budget=integer(2**20, 1),
         same=[("query", "positive_ids")],
     ),
     "losses.chunked.ChunkedSoftmaxCrossEntropy": E(
@@ -1044,6 +1045,7 @@ ENTRIES: dict[str, Entry] = {
         ignore_index=integer(-100),
         chunk_size=integer(4, 1),
         method=choice("auto"),
+        memory_budget=integer(2**20, 1),
     ),
     "losses.chunked.ChunkedSoftmaxCrossEntropy.forward": E(
         lambda **kw: L.ChunkedSoftmaxCrossEntropy(chunk_size=4)(**kw),
@@ -1058,6 +1060,8 @@ ENTRIES: dict[str, Entry] = {
         num_rows=integer(8, 0),
         num_classes=integer(100, 1),
         method=choice("vocab"),
+        memory_budget=integer(2**20, 1),
+        element_size=integer(4, 1),
     ),
     "losses.chunked.resolve_method": E(
         L.resolve_method,
@@ -1065,6 +1069,8 @@ ENTRIES: dict[str, Entry] = {
         num_classes=integer(100, 1),
         reduction=choice("mean"),
         half=flag(False),
+        memory_budget=integer(2**20, 1),
+        element_size=integer(4, 1),
     ),
     "losses.gbce.gbce_beta": E(
         L.gbce_beta,

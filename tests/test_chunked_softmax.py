@@ -345,20 +345,120 @@ def test_module_matches_function_and_repr():
 def test_default_chunk_size():
     assert default_chunk_size(1024, 10**6) == 2**21 // 1024
     assert default_chunk_size(10**6, 50) == 50  # never more than |V|
-    assert default_chunk_size(2**20, 10**6) == 128
-    assert default_chunk_size(1024, 10**6, "rows") == 64  # at least 64 rows
-    assert default_chunk_size(4096, 1000, "rows") == 2**21 // 1000
+    assert default_chunk_size(2**16, 10**6) == 128
+    assert default_chunk_size(2**20, 10**6) == 64  # 128 columns would pass 256 MiB
+    assert default_chunk_size(1024, 10**5, "rows") == 256  # the measured fastest block
+    assert default_chunk_size(1024, 10**6, "rows") == 2**28 // (4 * 10**6)  # the budget
+    assert default_chunk_size(4096, 1000, "rows") == 256
     assert default_chunk_size(8, 100, "rows") == 8
+    assert default_chunk_size(1024, 10**5, "rows", memory_budget=2**24) == 41
+    assert default_chunk_size(1024, 10**5, "rows", element_size=8) == 256
 
 
-def test_auto_resolves_to_rows_for_reduced_losses_of_moderate_size():
+def test_auto_resolves_to_rows_for_reduced_losses_within_the_budget():
     assert resolve_method(1024, 10**5) == "rows"
     assert resolve_method(1024, 10**5, reduction="sum") == "rows"
     assert resolve_method(1024, 10**5, reduction="none") == "vocab"
     assert resolve_method(1024, 10**5, half=True) == "vocab"
-    assert resolve_method(1024, 10**6) == "vocab"  # a 64 x 1e6 block: memory flat instead
+    assert resolve_method(1024, 10**6) == "rows"  # 67 x 1e6 logits fit in 256 MiB
+    assert resolve_method(1024, 10**6, memory_budget=2**26) == "vocab"  # 16 rows: flat
+    assert resolve_method(1024, 10**6, element_size=8) == "vocab"
     assert resolve_method(16, 10**6) == "rows"  # one block of 16 x 1e6
     assert resolve_method(16, 10**7) == "vocab"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(0, 10**6),
+    num_classes=st.integers(1, 10**7),
+    budget=st.integers(1, 2**31),
+    size=st.sampled_from([4, 8]),
+    method=st.sampled_from(["vocab", "rows"]),
+)
+def test_the_default_block_never_exceeds_the_memory_budget(n, num_classes, budget, size, method):
+    other = num_classes if method == "rows" else max(n, 1)
+    if budget < other * size:  # not even one row / one column fits: a ValueError
+        with pytest.raises(ValueError, match="memory_budget must hold"):
+            default_chunk_size(
+                n, num_classes, method, memory_budget=budget, element_size=size
+            )
+        return
+    chunk = default_chunk_size(n, num_classes, method, memory_budget=budget, element_size=size)
+    assert chunk >= 1 and chunk * other * size <= budget
+    if resolve_method(n, num_classes, memory_budget=budget, element_size=size) == "rows":
+        rows = default_chunk_size(
+            n, num_classes, "rows", memory_budget=budget, element_size=size
+        )
+        assert rows >= min(n, 64)
+
+
+def _largest_flat_buffer_bytes(fn, other_sizes) -> int:
+    """Bytes of the largest one-dimensional ``torch.empty`` made while ``fn`` runs, but
+    those of ``other_sizes`` elements: the chunked loss's logit block (its other 1-d
+    buffers hold N or |V| numbers: losses, running sums, the bias gradient)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    sizes = [0]
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            flat = func is torch.ops.aten.empty.memory_format and out.dim() == 1
+            if flat and out.numel() not in other_sizes:
+                sizes.append(out.numel() * out.element_size())
+            return out
+
+    with Watch():
+        fn()
+    return max(sizes)
+
+
+@pytest.mark.parametrize("budget", [2 * 18 * 8, 3 * 18 * 8, 2 * 37 * 8, 18 * 37 * 8, 10**6])
+def test_the_same_result_whatever_the_memory_budget(budget):
+    """Every budget that holds a row (or a column) gives the full softmax's loss and
+    gradients, and the logit block the loss allocates never exceeds the budget."""
+    problem = make_problem(31)  # 18 of the 23 rows kept, 37 classes, float64
+    names = ("query", "classes", "class_bias", "sample_weight")
+
+    def leaves():
+        return {k: v.clone().requires_grad_() if k in names else v for k, v in problem.items()}
+
+    ref_args, args = leaves(), leaves()
+    want = reference(**ref_args)
+    want_grads = torch.autograd.grad(want, [ref_args[k] for k in names])
+    got = chunked_softmax_cross_entropy(**args, memory_budget=budget)
+    got_grads = torch.autograd.grad(got, [args[k] for k in names])
+    assert torch.allclose(got, want, atol=TOL, rtol=0)
+    for a, b in zip(got_grads, want_grads):
+        assert torch.allclose(a, b, atol=TOL, rtol=0)
+
+    def step():
+        loss = chunked_softmax_cross_entropy(**leaves(), memory_budget=budget)
+        loss.backward()
+
+    assert 0 < _largest_flat_buffer_bytes(step, (18, 23, 37)) <= budget
+
+
+def test_a_budget_too_small_for_one_column_names_memory_budget():
+    problem = make_problem(32, ignored=False)
+    with pytest.raises(ValueError, match="memory_budget must hold"):
+        chunked_softmax_cross_entropy(**problem, memory_budget=8)
+    with pytest.raises(ValueError, match="memory_budget must be >= 1"):
+        chunked_softmax_cross_entropy(**problem, memory_budget=0)
+
+
+@pytest.mark.parametrize("scale", [30.0, 300.0])
+def test_a_positive_far_below_the_row_max_keeps_its_exact_loss(scale):
+    """The row form takes ℓ = −log p_t from its fused softmax; where p_t underflows
+    (ℓ in the hundreds or thousands) the loss is recomputed from the logits: finite, exact."""
+    problem = make_problem(33, ignored=False, num_classes=300, scale=scale)
+    for dtype in (torch.float32, torch.float64):
+        q, c = problem["query"].to(dtype), problem["classes"].to(dtype)
+        ids = problem["positive_ids"]
+        got = chunked_softmax_cross_entropy(q, c, ids, method="rows", reduction="sum")
+        want = F.cross_entropy(q.double() @ c.double().T, ids, reduction="sum")
+        assert torch.isfinite(got)
+        assert torch.allclose(got.double(), want, rtol=1e-5 if dtype == torch.float32 else 1e-12)
 
 
 # --------------------------------------------------------------------------- bad input

@@ -39,6 +39,7 @@ from candidate_sampling.losses import (
     softmax_cross_entropy,
 )
 from candidate_sampling import CandidateSet
+from candidate_sampling import losses as L
 from candidate_sampling.losses import score, score_positives
 from candidate_sampling.sampling.samplers import LogUniformSampler, UniformSampler, UnigramSampler
 
@@ -974,3 +975,93 @@ def test_bad_inputs_embedding_level():
         NCELoss(sampler, num_samples=10, unique=True)
     with pytest.raises(ValueError, match="sampler"):
         NCELoss("uniform", num_samples=3)
+
+
+# ------------------------------------------------- the fused step of sampled_softmax_loss
+
+
+def _fused_problem(seed, *, num_items=40, batch=9, k=25, unique=True, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    table = (torch.randn(num_items, 5, generator=g, dtype=torch.float64) * scale)
+    query = (torch.randn(batch, 5, generator=g, dtype=torch.float64) * scale)
+    positive_ids = torch.randint(num_items, (batch,), generator=g)
+    sampler = UniformSampler(num_items)
+    draw = sampler.sample(k, unique=unique, generator=g, positive_ids=positive_ids)
+    return table.requires_grad_(), query.requires_grad_(), positive_ids, draw
+
+
+def _dense_reference(query, table, positive_ids, draw, *, remove, repeated_hits, weight=None):
+    """The loss from the public steps: candidate_logits (dense hit mask), cat, F.cross_entropy."""
+    positives = CandidateSet.positives_of(positive_ids, table, draw=draw)
+    candidates = CandidateSet.from_draw(draw, table)
+    pos, neg = L.candidate_logits(
+        query, positives, candidates, remove_accidental_hits=remove, repeated_hits=repeated_hits
+    )
+    losses = F.cross_entropy(torch.cat([pos, neg], 1), torch.zeros_like(positive_ids),
+                             reduction="none")
+    return losses.mean() if weight is None else (losses * weight).mean()  # Keras: / B
+
+
+@pytest.mark.parametrize("unique", [True, False])
+@pytest.mark.parametrize("remove", [None, True, False])
+@pytest.mark.parametrize("repeated_hits", ["mask_all", "tensorflow"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_fused_sampled_softmax_equals_the_public_steps(unique, remove, repeated_hits, weighted):
+    """Hits found by sorting (index pairs) and one fused softmax give the loss and the
+    gradients of the dense hit mask, the concatenation and F.cross_entropy, in float64;
+    few items, so that ids repeat and hit several rows."""
+    for seed in range(5):
+        table, query, positive_ids, draw = _fused_problem(seed, num_items=30, k=10 if unique else 25, unique=unique)
+        weight = torch.rand(len(positive_ids), dtype=torch.float64) + 0.1 if weighted else None
+        got = L.sampled_softmax_loss(
+            query, CandidateSet.positives_of(positive_ids, table, draw=draw),
+            CandidateSet.from_draw(draw, table), remove_accidental_hits=remove,
+            repeated_hits=repeated_hits, sample_weight=weight,
+        )
+        got_grads = torch.autograd.grad(got, (query, table))
+        want = _dense_reference(query, table, positive_ids, draw, remove=remove,
+                                repeated_hits=repeated_hits, weight=weight)
+        want_grads = torch.autograd.grad(want, (query, table))
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        for a, b in zip(got_grads, want_grads):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_fused_sampled_softmax_keeps_an_exact_loss_where_the_positive_underflows():
+    """−log p of a positive far below the row's best logit underflows p to 0; those rows
+    are recomputed as lse − o: finite and equal to the dense reference (float32 too)."""
+    for dtype in (torch.float64, torch.float32):
+        table, query, positive_ids, draw = _fused_problem(3, scale=40.0)
+        table, query = table.detach().to(dtype), query.detach().to(dtype)
+        got = L.sampled_softmax_loss(
+            query, CandidateSet.positives_of(positive_ids, table, draw=draw),
+            CandidateSet.from_draw(draw, table), reduction="none",
+        )
+        with torch.no_grad():
+            want = _dense_reference(query.double(), table.double(), positive_ids, draw,
+                                    remove=None, repeated_hits="mask_all")
+        assert torch.isfinite(got).all() and got.max() > 200  # some p would underflow
+        torch.testing.assert_close(got.double().mean(), want, rtol=1e-5, atol=0)
+
+
+def test_fused_sampled_softmax_backward_twice_with_retain_graph():
+    table, query, positive_ids, draw = _fused_problem(4)
+    loss = L.sampled_softmax_loss(
+        query, CandidateSet.positives_of(positive_ids, table, draw=draw),
+        CandidateSet.from_draw(draw, table),
+    )
+    first = torch.autograd.grad(loss, query, retain_graph=True)[0]
+    second = torch.autograd.grad(loss, query)[0]
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
+
+
+def test_fused_sampled_softmax_with_int32_positive_ids_finds_the_same_hits():
+    table, query, positive_ids, draw = _fused_problem(5, num_items=15, k=10)
+    args = (CandidateSet.from_draw(draw, table),)
+    got = L.sampled_softmax_loss(
+        query, CandidateSet.positives_of(positive_ids.int(), table, draw=draw), *args
+    )
+    want = L.sampled_softmax_loss(
+        query, CandidateSet.positives_of(positive_ids, table, draw=draw), *args
+    )
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -59,61 +59,105 @@ __all__ = [
 
 METHODS = ("auto", "vocab", "rows")
 
-# The logit block a chunk holds, in elements: 2**21 float32 = 8 MiB. Measured on a 2-core
-# CPU (benchmarks/chunked.py): vocabulary blocks of 256 to 8,192 classes at N = 1,024 are
-# within noise of each other. The row-chunked form wants at least 64 rows per block (its
-# matmuls stream the whole class table once per block: fewer rows, more passes over it).
-_BLOCK_ELEMENTS = 2**21
+# The block of logits a chunk holds is what ``memory_budget`` bounds (bytes; default
+# 2**28 = 256 MiB). Within it the block is chosen by speed, measured on a 2-core CPU
+# (benchmarks/chunked.py, N = 1,024 and 8,192, |V| = 1e4 and 1e5, d = 64): the row form
+# is fastest at about 256 rows per block (fewer rows stream the class table more often,
+# many more leave the block far outside the caches), so it takes 256 rows when the budget
+# holds them (at |V| = 1e5 a 98 MiB block); vocabulary blocks of 256 to 8,192 classes at
+# N = 1,024 are within noise of each other, so they stay near 2**21 logits (8 MiB).
+DEFAULT_MEMORY_BUDGET = 2**28
+_ROWS_TARGET = 256
 _MIN_ROWS = 64
-# "auto" takes the row-chunked form while its block of rows x |V| stays under this
-# (64 MiB in float32): at N = 1,024 up to |V| of about 2.6e5.
-_AUTO_ROWS_MAX_ELEMENTS = 2**24
+_VOCAB_BLOCK_ELEMENTS = 2**21
 
 
-def default_chunk_size(num_rows: int, num_classes: int, method: str = "vocab") -> int:
-    """The chunk length ``chunk_size=None`` stands for.
+def default_chunk_size(
+    num_rows: int,
+    num_classes: int,
+    method: str = "vocab",
+    *,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    element_size: int = 4,
+) -> int:
+    """The chunk length ``chunk_size=None`` stands for, within ``memory_budget`` bytes.
 
-    ``"vocab"``: classes per block, ``2**21 // num_rows`` clamped to [128, num_classes]
-    (a block of about 2**21 logits, 8 MiB in float32); ``"rows"``: rows per block,
-    ``2**21 // num_classes`` clamped to [64, num_rows]. ``num_rows``, ``num_classes``:
-    ints >= 0 (0 rows: a block of one).
-    Defaults: ``method="vocab"``.
+    ``"rows"``: rows per block, ``min(num_rows, 256, memory_budget // (num_classes ·
+    element_size))`` (256 rows is the measured fastest block; fewer where the budget
+    says so); ``"vocab"``: classes per block, ``2**21 // num_rows`` clamped to [128,
+    num_classes] (a block of about 2**21 logits, 8 MiB in float32), then cut to
+    ``memory_budget // (num_rows · element_size)``. Either way the block's bytes,
+    ``chunk · (num_classes or num_rows) · element_size``, never exceed ``memory_budget``.
+    ``num_rows``, ``num_classes``: ints >= 0 and >= 1 (0 rows: a block of one);
+    ``element_size``: bytes per logit (4 for float32, 8 for float64).
+    Raises ValueError when the budget cannot hold one row (``"rows"``) or one class
+    (``"vocab"``).
+    Defaults: ``method="vocab"``, ``memory_budget=268435456`` (2**28 bytes, 256 MiB),
+    ``element_size=4``.
     """
     check_int_range("num_rows", num_rows, 0)
     check_int_range("num_classes", num_classes, 1)
     check_choice("method", method, ("vocab", "rows"))
-    return _default_chunk_size(num_rows, num_classes, method)
+    check_int_range("memory_budget", memory_budget, 1)
+    check_int_range("element_size", element_size, 1)
+    _check_budget(num_rows, num_classes, method, memory_budget, element_size)
+    return _default_chunk_size(num_rows, num_classes, method, memory_budget // element_size)
 
 
-def _default_chunk_size(num_rows: int, num_classes: int, method: str) -> int:
-    """:func:`default_chunk_size` of checked arguments."""
+def _check_budget(num_rows, num_classes, method, memory_budget, element_size) -> None:
+    """ValueError naming ``memory_budget`` when it cannot hold the smallest block."""
+    smallest = (num_classes if method == "rows" else max(num_rows, 1)) * element_size
+    if memory_budget < smallest:
+        what = "one row of |V| logits" if method == "rows" else "one class column of N logits"
+        raise ValueError(
+            f"memory_budget must hold {what} ({smallest} bytes), got {memory_budget}"
+        )
+
+
+def _default_chunk_size(
+    num_rows: int, num_classes: int, method: str, logits: int = DEFAULT_MEMORY_BUDGET // 4
+) -> int:
+    """:func:`default_chunk_size` of checked arguments; ``logits``: how many the memory
+    budget holds (``memory_budget // element_size``)."""
     if method == "rows":
-        return max(1, min(num_rows, max(_MIN_ROWS, _BLOCK_ELEMENTS // max(num_classes, 1))))
-    return max(1, min(num_classes, max(128, _BLOCK_ELEMENTS // max(num_rows, 1))))
+        return max(1, min(num_rows, _ROWS_TARGET, logits // num_classes))
+    rows = max(num_rows, 1)
+    return max(1, min(num_classes, max(128, _VOCAB_BLOCK_ELEMENTS // rows), logits // rows))
 
 
 def resolve_method(
-    num_rows: int, num_classes: int, *, reduction: str = "mean", half: bool = False
+    num_rows: int,
+    num_classes: int,
+    *,
+    reduction: str = "mean",
+    half: bool = False,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    element_size: int = 4,
 ) -> str:
     """What ``method="auto"`` runs: ``"rows"`` or ``"vocab"``.
 
-    ``"rows"`` (three matmuls, one exp pass; about 1.3x faster than ``"vocab"`` on a CPU)
-    when the reduction is ``"mean"`` or ``"sum"``, the class table is not half precision
-    (the row form would hold a float32 copy of it) and its (rows, |V|) block stays under
-    2**24 logits; ``"vocab"`` (memory flat in |V|) otherwise.
-    Defaults: ``half=False``.
+    ``"rows"`` (three matmuls and one fused softmax per block; faster than ``"vocab"``,
+    which recomputes the scores) when the reduction is ``"mean"`` or ``"sum"``, the class
+    table is not half precision (the row form would hold a float32 copy of it) and
+    ``memory_budget`` holds a block of ``min(num_rows, 64)`` rows × |V| logits of
+    ``element_size`` bytes; ``"vocab"`` (memory flat in |V|) otherwise.
+    Defaults: ``half=False``, ``memory_budget=268435456`` (2**28 bytes, 256 MiB),
+    ``element_size=4``.
     """
     half = check_bool("half", half)
     check_int_range("num_rows", num_rows, 0)
     check_int_range("num_classes", num_classes, 1)
     check_reduction(reduction)
-    return _resolve_method(num_rows, num_classes, reduction, half)
+    check_int_range("memory_budget", memory_budget, 1)
+    check_int_range("element_size", element_size, 1)
+    return _resolve_method(num_rows, num_classes, reduction, half, memory_budget // element_size)
 
 
-def _resolve_method(num_rows: int, num_classes: int, reduction: str, half: bool) -> str:
-    """:func:`resolve_method` of checked arguments."""
-    rows = _default_chunk_size(num_rows, num_classes, "rows")
-    if reduction == "none" or half or rows * num_classes > _AUTO_ROWS_MAX_ELEMENTS:
+def _resolve_method(num_rows, num_classes, reduction, half, logits=DEFAULT_MEMORY_BUDGET // 4):
+    """:func:`resolve_method` of checked arguments (``logits`` as in
+    :func:`_default_chunk_size`): the row form while the budget holds 64 rows (or all)."""
+    rows_held = logits // num_classes
+    if reduction == "none" or half or rows_held < max(1, min(num_rows, _MIN_ROWS)):
         return "vocab"
     return "rows"
 
@@ -221,6 +265,24 @@ class _VocabChunked(torch.autograd.Function):
         return grad_q, grad_c, grad_b, grad_t, None, None, None, None
 
 
+# Below this probability of the positive, ``−log p`` loses precision (p is subnormal or
+# 0): those rows' losses are recomputed from their logits as ``lse − o_t``.
+_P_FLOOR = {
+    torch.float32: 2.0**-100,
+    torch.float64: 2.0**-900,
+}
+
+
+def _underflowed_losses(q_rows, weights, bias, ids_rows, low, out) -> None:
+    """``out[low] = logsumexp(o) − o_t`` for the few rows whose softmax underflowed."""
+    which = low.nonzero().squeeze(1)
+    logits = q_rows.index_select(0, which) @ weights.T
+    if bias is not None:
+        logits = logits + bias
+    positive = logits.gather(1, ids_rows.index_select(0, which)).squeeze(1)
+    out.index_copy_(0, which, torch.logsumexp(logits, 1) - positive)
+
+
 class _RowsChunked(torch.autograd.Function):
     """Σ_i r_i ℓ_i over row blocks, every gradient computed in the forward (torch's way).
 
@@ -254,11 +316,24 @@ class _RowsChunked(torch.autograd.Function):
             else:
                 torch.addmm(b, q_rows, weights.T, out=block)
             ids_rows = ids[start : start + rows].unsqueeze(1)
-            positive = block.gather(1, ids_rows).squeeze(1)
-            row_max = block.amax(1, keepdim=True)
-            total = block.sub_(row_max).exp_().sum(1, keepdim=True)
-            losses[start : start + rows] = (row_max + total.log()).squeeze(1) - positive
-            block.div_(total)  # p_ij
+            row_losses = losses[start : start + rows]
+            # separate passes under torch.compile (the compiler fuses them itself) and on
+            # an accelerator (no host read per block to test for an underflow)
+            if _is_compiling() or q.device.type != "cpu":
+                positive = block.gather(1, ids_rows).squeeze(1)
+                row_max = block.amax(1, keepdim=True)
+                total = block.sub_(row_max).exp_().sum(1, keepdim=True)
+                row_losses.copy_((row_max + total.log()).squeeze(1) - positive)
+                block.div_(total)  # p_ij
+            else:
+                # one fused pass: p_ij = softmax_j(o_ij) written over the logits; the
+                # loss is ℓ_i = −log p_{i,t_i} (exact unless p underflows: recomputed)
+                torch._softmax(block, 1, False, out=block)
+                p_pos = block.gather(1, ids_rows).squeeze(1)
+                torch.neg(torch.log(p_pos), out=row_losses)
+                low = p_pos < _P_FLOOR[dtype]
+                if bool(low.any()):
+                    _underflowed_losses(q_rows, weights, b, ids_rows, low, row_losses)
             block.scatter_add_(
                 1, ids_rows, torch.full_like(ids_rows, -1, dtype=dtype)
             )  # p_ij − y_ij
@@ -385,6 +460,7 @@ def chunked_softmax_cross_entropy(
     reduction: str = "mean",
     chunk_size: int | None = None,
     method: str = "auto",
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
 ) -> torch.Tensor:
     """The exact full-softmax cross-entropy over ``classes``, without the (N, |V|) logits.
 
@@ -433,17 +509,25 @@ def chunked_softmax_cross_entropy(
     rows against all classes, gradients computed in the forward; only for ``"mean"`` and
     ``"sum"``; holds a (chunk_size, |V|) block and the (|V|, d) class gradient from the
     forward on), or ``"auto"`` (:func:`resolve_method`: ``"rows"`` for ``"mean"`` /
-    ``"sum"`` while a block of at least 64 rows × |V| stays under 2**24 logits, else
+    ``"sum"`` while ``memory_budget`` holds a block of 64 rows × |V| logits, else
     ``"vocab"``). ``chunk_size``: classes per block (``"vocab"``) or rows per block
     (``"rows"``), for whichever method ``"auto"`` resolves to; None for
-    :func:`default_chunk_size` (a block of about 2**21 logits, 8 MiB in float32; at
-    least 64 rows for ``"rows"``).
+    :func:`default_chunk_size`, the fastest block within ``memory_budget``.
+
+    ``memory_budget``: bytes the block of logits may take (an int >= 1; default 2**28,
+    256 MiB), the loss's working memory besides the gradients it returns; a given
+    ``chunk_size`` overrides it. The trade: the row form is fastest with blocks of about
+    256 rows (each block streams the whole class table through three matmuls, so fewer
+    rows mean more passes over it), which is 256 · |V| · 4 bytes in float32 — 98 MiB at
+    |V| = 1e5; a smaller budget gives smaller blocks (slower: at 64 rows about 1.2x the
+    time at 1e5) and, below 64 rows, the vocabulary form (memory flat in |V|, one matmul
+    more). A budget too small for one row or one class column is a ValueError.
 
     Differences from ``F.linear_cross_entropy``: the temperature, per-row
     ``sample_weight`` (not per-class ``weight``), ignored rows removed before the
     matmuls, and the vocabulary-chunked form (memory independent of |V|). Double
     backward is not supported.
-    Defaults: ``reduction="mean"``.
+    Defaults: ``reduction="mean"``, ``memory_budget=268435456`` (2**28 bytes).
     """
     _check_inputs(query, classes, positive_ids, class_bias, sample_weight, ignore_index)
     check_reduction(reduction)
@@ -458,6 +542,7 @@ def chunked_softmax_cross_entropy(
     check_choice("method", method, METHODS)
     if chunk_size is not None:
         check_int_range("chunk_size", chunk_size, 1)
+    check_int_range("memory_budget", memory_budget, 1)
     if method == "rows" and reduction == "none":
         raise ValueError(
             'method="rows" computes the gradients in the forward and needs reduction '
@@ -499,14 +584,17 @@ def chunked_softmax_cross_entropy(
     grads = torch.is_grad_enabled() and any(
         t is not None and t.requires_grad for t in (query, classes, class_bias, temp_tensor)
     )
+    size = dtype.itemsize
     if method == "auto":
         half = classes.dtype in (torch.float16, torch.bfloat16)
-        method = _resolve_method(kept, num_classes, reduction, half)
+        method = _resolve_method(kept, num_classes, reduction, half, memory_budget // size)
         if not grads:  # a forward alone: the vocabulary blocks do one matmul, no more
             method = "vocab"
+    if chunk_size is None:
+        _check_budget(kept, num_classes, method, memory_budget, size)
 
     if method == "rows":
-        chunk = chunk_size or _default_chunk_size(kept, num_classes, "rows")
+        chunk = chunk_size or _default_chunk_size(kept, num_classes, "rows", memory_budget // size)
         if weight is None:
             denominator = kept if reduction == "mean" else 1
             row_scale = torch.full((kept,), 1.0 / denominator if kept else 0.0, dtype=dtype)
@@ -518,7 +606,9 @@ def chunked_softmax_cross_entropy(
         )
         return _nan_if_none_kept(total, keep, reduction)
 
-    chunk = chunk_size or _default_chunk_size(kept, num_classes, "vocab")
+    chunk = chunk_size or _default_chunk_size(
+        kept, num_classes, "vocab", memory_budget // size
+    )
     losses = _VocabChunked.apply(q, classes, class_bias, temp_tensor, tau, ids, chunk, dtype)
     if weight is not None:
         losses = losses * weight
@@ -539,13 +629,20 @@ class ChunkedSoftmaxCrossEntropy(_Loss):
     """Module form of :func:`chunked_softmax_cross_entropy` (chapter 10).
 
     ``ChunkedSoftmaxCrossEntropy(*, temperature=1.0, reduction="mean", ignore_index=-100,
-    chunk_size=None, method="auto")``; ``forward(query (N, d), classes (|V|, d),
+    chunk_size=None, method="auto", memory_budget=268435456)``; ``forward(query (N, d), classes (|V|, d),
     positive_ids (N,), *, class_bias=None, sample_weight=None)`` → loss. ``temperature``:
     a float or a :class:`~candidate_sampling.losses.core.Temperature`; a learnable one
     becomes a submodule, so its parameter trains with the model.
     """
 
-    _options = ("temperature", "reduction", "ignore_index", "chunk_size", "method")
+    _options = (
+        "temperature",
+        "reduction",
+        "ignore_index",
+        "chunk_size",
+        "method",
+        "memory_budget",
+    )
     _fn = staticmethod(chunked_softmax_cross_entropy)
 
     def __init__(
@@ -556,6 +653,7 @@ class ChunkedSoftmaxCrossEntropy(_Loss):
         ignore_index: int = -100,
         chunk_size: int | None = None,
         method: str = "auto",
+        memory_budget: int = DEFAULT_MEMORY_BUDGET,
     ) -> None:
         super().__init__(temperature=temperature, reduction=reduction)
         if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
@@ -563,9 +661,11 @@ class ChunkedSoftmaxCrossEntropy(_Loss):
         if chunk_size is not None:
             check_int_range("chunk_size", chunk_size, 1)
         check_choice("method", method, METHODS)
+        check_int_range("memory_budget", memory_budget, 1)
         self.ignore_index = ignore_index
         self.chunk_size = chunk_size
         self.method = method
+        self.memory_budget = memory_budget
 
     def forward(
         self,

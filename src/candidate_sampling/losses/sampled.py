@@ -44,6 +44,7 @@ from candidate_sampling._validate import (
     check_tensor,
     common_float_dtype,
     get_validate_args,
+    _is_compiling,
 )
 from candidate_sampling.candidates import CandidateSet, Classes, _check_candidate_set
 from candidate_sampling.losses.core import (
@@ -51,6 +52,7 @@ from candidate_sampling.losses.core import (
     Temperature,
     _check_hit_ids,
     _hits_to_remove,
+    _last_copy,
     _invalid_columns,
     _Loss,
     _union_masks,
@@ -59,6 +61,7 @@ from candidate_sampling.losses.core import (
     _correct_logits,
     check_temperature,
     mask_logits,
+    mask_value,
     _positive_column_cross_entropy,
     positive_column_cross_entropy,
     reduce_loss,
@@ -83,14 +86,21 @@ def _logits(
     removed: torch.Tensor | None,
     temperature: float | Temperature,
     owns_scores: bool,
+    *,
+    defer_mask: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Steps 2–4 on (B, T) positive and (B, C) negative scores (negatives in place if owned)."""
+    """Steps 2–4 on (B, T) positive and (B, C) negative scores (negatives in place if owned).
+
+    ``defer_mask``: step 4 left to the caller (:func:`_fused_first_column_softmax` folds
+    it into its softmax pass)."""
     pos = _apply_temperature(positive_scores, temperature, False)
     pos = _correct_logits(pos, positive_log_q, False)
     neg = _apply_temperature(negative_scores, temperature, owns_scores)
     owned = owns_scores or neg is not negative_scores
     neg = _correct_logits(neg, negative_log_q, owned)
     owned = owned or neg is not negative_scores
+    if defer_mask:
+        return pos, neg
     return pos, mask_logits(neg, removed, inplace=owned)
 
 
@@ -136,9 +146,11 @@ def _candidate_logits(
     repeated_hits: str,
     *,
     logistic: bool,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    defer_mask: bool = False,
+):
     """:func:`candidate_logits` with the hit rule of the softmax (``logistic=False``) or of
-    the logistic family (``logistic=True``: every hit kept unless told otherwise)."""
+    the logistic family (``logistic=True``: every hit kept unless told otherwise).
+    ``defer_mask``: ``(pos, neg, removed)``, the candidate logits not yet masked."""
     check_temperature(temperature)
     check_choice("repeated_hits", repeated_hits, REPEATED_HITS)
     check_tensor("query", query, ("B", "d"), floating=True)
@@ -164,14 +176,137 @@ def _candidate_logits(
     positive_ids = positives.ids.reshape(batch, num_true)
     positive_ids = positive_ids if num_true > 1 else positive_ids[:, 0]
     _check_hit_ids(positive_ids, candidates.ids)
+    if defer_mask and num_true == 1 and candidates.mask is None and _fused(query):
+        removed = _hit_pairs(positive_ids, candidates, remove_accidental_hits, repeated_hits)
+        pos, neg = _logits(
+            pos_scores, neg_scores, None if positives.log_q is None else positives.log_q[:, None],
+            candidates.log_q, None, temperature, True, defer_mask=True,
+        )
+        return pos, neg, removed
     hits = _hits_to_remove(
         positive_ids, candidates, remove_accidental_hits, None, repeated_hits, logistic
     )
     removed = _union_masks(hits, _invalid_columns(candidates))
     pos_log_q = None if positives.log_q is None else positives.log_q.reshape(batch, num_true)
+    if defer_mask:
+        pos, neg = _logits(
+            pos_scores, neg_scores, pos_log_q, candidates.log_q, None, temperature, True,
+            defer_mask=True,
+        )
+        return pos, neg, removed
     return _logits(
         pos_scores, neg_scores, pos_log_q, candidates.log_q, removed, temperature, True
     )
+
+
+def _hit_pairs(
+    positive_ids: torch.Tensor,
+    candidates: CandidateSet,
+    remove_accidental_hits: bool | None,
+    repeated_hits: str,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The accidental hits to remove as (row, column) index pairs, or None: the True
+    entries of :func:`~candidate_sampling.losses.core.hits_to_remove` (softmax rule, one
+    positive per row), found by sorting the C candidate ids and searching the B positive
+    ids among them (B log C), not by comparing all B × C pairs."""
+    if remove_accidental_hits is False:
+        return None
+    eligible = None
+    if remove_accidental_hits is None:
+        eligible = candidates.hit_columns()
+        if eligible is None:
+            return None
+    ids = candidates.ids.to(positive_ids.device)
+    sorted_ids, order = ids.sort()
+    wanted = positive_ids.to(ids.dtype)  # searchsorted needs one dtype; == does not
+    first = torch.searchsorted(sorted_ids, wanted)
+    counts = torch.searchsorted(sorted_ids, wanted, right=True) - first
+    rows = torch.repeat_interleave(torch.arange(len(positive_ids), device=ids.device), counts)
+    starts = torch.repeat_interleave(first - (counts.cumsum(0) - counts), counts)
+    cols = order[starts + torch.arange(len(rows), device=ids.device)]
+    keep = None if eligible is None else eligible.to(ids.device)[cols]
+    if repeated_hits == "tensorflow":
+        last = _last_copy(ids)[cols]
+        keep = last if keep is None else keep & last
+    if keep is not None:
+        rows, cols = rows[keep], cols[keep]
+    return rows, cols
+
+
+class _FirstColumnSoftmax(torch.autograd.Function):
+    """ℓ_i = −log softmax([o_i,pos | o_i1 … o_iC])_0 with removed columns masked, (B,).
+
+    One buffer (B, 1 + C): the positive and the masked candidate logits are written into
+    it (the step-4 mask and the concatenation in one pass), then one fused softmax turns
+    it into probabilities p in place. The loss is ``−log p_i0``; the gradient, formed in
+    the backward from the saved p, is ``g_i (p_ij − [j = 0])``, with 0 at a removed
+    column (its finite mask value's probability is exactly 0).
+    """
+
+    @staticmethod
+    def forward(ctx, pos, neg, removed):
+        batch, num_neg = neg.shape
+        work = torch.empty(batch, 1 + num_neg, dtype=neg.dtype, device=neg.device)
+        work[:, :1] = pos
+        fill = mask_value(neg.dtype)
+        if isinstance(removed, tuple):  # (row, column) pairs of the few hits
+            work[:, 1:] = neg
+            work[removed[0], removed[1] + 1] = fill
+        elif removed is None:
+            work[:, 1:] = neg
+        else:
+            fill = torch.tensor(fill, dtype=neg.dtype, device=neg.device)
+            torch.where(removed, fill, neg, out=work[:, 1:])
+        torch._softmax(work, 1, False, out=work)
+        p_pos = work[:, 0]
+        losses = -torch.log(p_pos)
+        low = p_pos < torch.finfo(work.dtype).tiny * 2**24
+        if bool(low.any()):  # ℓ = lse − o_pos exactly, for the few rows that underflowed
+            which = low.nonzero().squeeze(1)
+            rows = torch.cat([pos.index_select(0, which), neg.index_select(0, which)], 1)
+            if isinstance(removed, tuple):
+                local = torch.full((batch,), -1, dtype=torch.long, device=neg.device)
+                local[which] = torch.arange(len(which), device=neg.device)
+                at = local[removed[0]]
+                rows[at[at >= 0], removed[1][at >= 0] + 1] = mask_value(neg.dtype)
+            elif removed is not None:
+                gone = removed.expand(batch, num_neg).index_select(0, which)
+                rows[:, 1:].masked_fill_(gone, mask_value(neg.dtype))
+            lse = torch.logsumexp(rows, 1)
+            losses.index_copy_(0, which, lse - rows[:, 0])
+        ctx.save_for_backward(work)
+        return losses
+
+    @staticmethod
+    def backward(ctx, grad_losses):
+        (work,) = ctx.saved_tensors
+        # a new tensor, so that a second backward (retain_graph) still works
+        grad = work * grad_losses.unsqueeze(1)
+        grad[:, 0] -= grad_losses
+        return grad[:, :1], grad[:, 1:], None
+
+
+def _fused(tensor: torch.Tensor) -> bool:
+    """Whether the fused step applies: on the CPU, outside ``torch.compile``. It reads
+    values on the host (hit counts, an underflow test), each a synchronisation on an
+    accelerator, where the separate passes are cheap and add no read."""
+    return tensor.device.type == "cpu" and not _is_compiling()
+
+
+def _fused_first_column_softmax(pos, neg, removed) -> torch.Tensor:
+    """Steps 4–5 of one positive per row: :class:`_FirstColumnSoftmax` where it applies
+    (float32 / float64, :func:`_fused`), else the mask and :func:`_softmax_rows`."""
+    if pos.shape[1] != 1 or neg.dtype not in (torch.float32, torch.float64) or (
+        pos.dtype != neg.dtype or not _fused(neg)
+    ):
+        if isinstance(removed, tuple):
+            dense = torch.zeros(neg.shape, dtype=torch.bool, device=neg.device)
+            removed = dense.index_put_(removed, torch.tensor(True, device=neg.device))
+        neg = mask_logits(neg, removed, inplace=False)
+        return _softmax_rows(pos, neg)
+    if removed is not None and not isinstance(removed, tuple):
+        removed = removed.to(neg.device)
+    return _FirstColumnSoftmax.apply(pos, neg, removed)
 
 
 def _softmax_rows(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
@@ -214,15 +349,13 @@ def sampled_softmax_loss(
     T, negatives S − T, input F − log Q, softmax; F learns ``log P(y | x) + K(x)``.
     Defaults: ``temperature=1.0``, ``repeated_hits="mask_all"``.
     """
-    pos, neg = candidate_logits(
-        query,
-        positives,
-        candidates,
-        temperature=temperature,
-        remove_accidental_hits=remove_accidental_hits,
-        repeated_hits=repeated_hits,
+    remove_accidental_hits = check_optional_bool("remove_accidental_hits", remove_accidental_hits)
+    pos, neg, removed = _candidate_logits(
+        query, positives, candidates, temperature, remove_accidental_hits, repeated_hits,
+        logistic=False, defer_mask=True,
     )
-    return reduce_loss(_softmax_rows(pos, neg), reduction, sample_weight=sample_weight)
+    losses = _fused_first_column_softmax(pos, neg, removed)
+    return reduce_loss(losses, reduction, sample_weight=sample_weight)
 
 
 def _check_scores(
