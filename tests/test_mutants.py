@@ -200,3 +200,499 @@ def test_temperature_and_loss_modules_forward_their_options():
     module = InfoNCELoss(temperature=0.3, symmetric=True, reduction="sum")
     want = info_nce_loss(q, k, temperature=0.3, symmetric=True, reduction="sum", sample_weight=w)
     assert module(q, k, sample_weight=w) == want
+
+
+# --------------------------------------------------------------------------- the chunked loss
+
+_CHUNKED_DTYPES = {
+    # query, classes, class_bias, temperature (a tensor that gets a gradient), sample_weight
+    "float64": (D64, D64, D64, D64, D64),
+    "float32 with a float64 temperature and weights": (
+        torch.float32, torch.float32, torch.float32, D64, D64,
+    ),
+    "float64 query, float32 classes": (D64, torch.float32, torch.float32, torch.float32, D64),
+}
+
+
+@pytest.mark.parametrize("dtypes", list(_CHUNKED_DTYPES))
+@pytest.mark.parametrize("method", ["rows", "vocab", "auto"])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("compiling", [False, True])
+@pytest.mark.parametrize("plain", [False, True])
+def test_chunked_loss_matches_the_full_softmax_in_every_branch(
+    monkeypatch, dtypes, method, reduction, compiling, plain
+):
+    """Loss and every gradient against ``F.cross_entropy`` on the full logits in float64:
+    blocks that do not divide the rows (7 rows, 3 a block) or the classes (5, 2 a block),
+    an ignored row, a weight of 0, a non-unit upstream gradient (2.5), mixed dtypes (each
+    gradient in its input's dtype), and the branch taken under ``torch.compile`` and on an
+    accelerator (separate softmax passes, ignored rows kept with weight 0), forced on the
+    CPU here. ``plain``: a float temperature and no ``sample_weight`` (the defaults' path)."""
+    from candidate_sampling.losses import chunked as C
+
+    if method == "rows" and reduction == "none":
+        pytest.skip("the row form needs a reduction")
+    if compiling:
+        monkeypatch.setattr(C, "_is_compiling", lambda: True)
+    dq, dc, db, dt, dw = _CHUNKED_DTYPES[dtypes]
+    g = torch.Generator().manual_seed(7)
+    base = {
+        "query": torch.randn(7, 3, generator=g, dtype=D64),
+        "classes": torch.randn(5, 3, generator=g, dtype=D64),
+        "class_bias": torch.randn(5, generator=g, dtype=D64),
+        "temperature": torch.tensor(0.7, dtype=D64),
+        "sample_weight": torch.tensor([1.0, 0.0, 2.0, 0.5, 1.0, 3.0, 1.5], dtype=D64),
+    }
+    ids = torch.tensor([0, 4, -100, 2, 2, 1, 3])
+    kinds = dict(zip(base, (dq, dc, db, dt, dw)))
+    if plain:
+        base["temperature"] = torch.tensor(0.7, dtype=D64)  # passed as a float below
+        base["sample_weight"] = torch.ones(7, dtype=D64)
+    inputs = {k: v.to(kinds[k]).requires_grad_() for k, v in base.items()}
+    loss = C.chunked_softmax_cross_entropy(
+        inputs["query"], inputs["classes"], ids, class_bias=inputs["class_bias"],
+        temperature=0.7 if plain else inputs["temperature"],
+        sample_weight=None if plain else inputs["sample_weight"],
+        reduction=reduction, method=method,
+        chunk_size={"rows": 3, "vocab": 2, "auto": None}[method],
+    )
+    ref = {k: v.detach().to(kinds[k]).double().requires_grad_() for k, v in base.items()}
+    logits = ref["query"] @ ref["classes"].T / ref["temperature"] + ref["class_bias"]
+    per_row = torch.nn.functional.cross_entropy(logits, ids, reduction="none")
+    weighted = per_row * ref["sample_weight"]
+    keep = ids != -100
+    want = {
+        "none": weighted,
+        "sum": weighted.sum(),
+        "mean": weighted.sum() / ref["sample_weight"][keep].sum(),
+    }[reduction]
+    tol = {"rtol": 1e-10, "atol": 1e-12} if dtypes == "float64" else {"rtol": 2e-5, "atol": 2e-6}
+    torch.testing.assert_close(loss.detach().double(), want.detach(), **tol)
+    upstream = torch.linspace(0.5, 2.0, 7, dtype=D64) if reduction == "none" else 2.5
+    (loss * upstream.to(loss.dtype) if reduction == "none" else loss * upstream).sum().backward()
+    (want * upstream).sum().backward()
+    for name, x in inputs.items():
+        if plain and name in ("temperature", "sample_weight"):
+            assert x.grad is None, name  # not passed: nothing flows to them
+            continue
+        assert x.grad is not None and x.grad.dtype == x.dtype, name
+        torch.testing.assert_close(x.grad.double(), ref[name].grad, **tol, msg=name)
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("repeated_hits", ["mask_all", "tensorflow"])
+def test_accidental_hits_match_a_loop_on_random_ids(seed, repeated_hits):
+    """Random ids from a small range (repeats, a hit in column 0, rows with no hit)."""
+    from candidate_sampling.losses import accidental_hits
+
+    g = torch.Generator().manual_seed(seed)
+    num_true = 1 + seed % 2
+    cand = torch.randint(0, 5, (1 + seed % 6,), generator=g)
+    pos = torch.randint(0, 5, (4, num_true), generator=g)
+    columns = torch.randint(0, cand.numel(), (4,), generator=g) if seed % 3 == 0 else None
+    got = accidental_hits(
+        pos.squeeze(1) if num_true == 1 else pos, cand,
+        positive_columns=columns, repeated_hits=repeated_hits,
+    )
+    c, want = cand.tolist(), []
+    for i, row in enumerate(pos.tolist()):
+        want.append([
+            v in row
+            and not (repeated_hits == "tensorflow" and v in c[j + 1:])
+            and not (columns is not None and int(columns[i]) == j)
+            for j, v in enumerate(c)
+        ])
+    assert got.tolist() == want
+
+
+def test_module_reprs_list_their_options():
+    from candidate_sampling.losses import InfoNCELoss, Temperature
+
+    assert repr(Temperature(0.5)) == "Temperature(temperature=0.5, learnable=False)"
+    assert repr(Temperature(0.5, learnable=True, max_scale=100.0)) == (
+        "Temperature(temperature=0.5, learnable=True, max_scale=100.0)"
+    )
+    text = repr(InfoNCELoss(temperature=0.3, reduction="sum"))
+    assert text.startswith("InfoNCELoss(") and ", reduction='sum'" in text, text
+
+
+# --------------------------------------------------------------------------- candidate sets
+
+
+def test_candidate_set_repr_and_detach_keep_every_field():
+    from candidate_sampling import CandidateSet
+
+    emb = torch.randn(3, 2, dtype=D64, requires_grad=True)
+    bias = torch.tensor([0.1, -0.2, 0.3], dtype=D64, requires_grad=True)
+    mask = torch.tensor([[True, False, True], [True, True, False]])
+    log_q = torch.tensor([-1.0, -2.0, -3.0], dtype=D64)
+    cs = CandidateSet(emb, torch.tensor([4, 1, 2]), log_q=log_q, mask=mask, bias=bias,
+                      source=(("batch", 2), ("unique", 1)))
+    assert repr(cs) == (
+        "CandidateSet(C=3, d=2, log_q=(3,), mask=(2, 3), bias=(3,), "
+        "source=batch:2+unique:1, dtype=torch.float64)"
+    )
+    assert repr(CandidateSet(emb, torch.tensor([4, 1, 2]))) == (
+        "CandidateSet(C=3, d=2, log_q=None, mask=None, bias=None, source=fixed, "
+        "dtype=torch.float64)"
+    )
+    d = cs.detach()
+    assert not d.embeddings.requires_grad and not d.bias.requires_grad
+    assert torch.equal(d.embeddings, emb.detach()) and torch.equal(d.bias, bias.detach())
+    assert torch.equal(d.ids, cs.ids) and torch.equal(d.log_q, log_q)
+    assert torch.equal(d.mask, mask) and d.source == cs.source
+    assert CandidateSet(emb, torch.tensor([4, 1, 2])).detach().bias is None
+
+
+def test_gather_rows_defaults_and_its_errors_name_their_argument():
+    from candidate_sampling.candidates import gather_rows
+
+    table = torch.randn(4, 2, requires_grad=True)
+    gather_rows(table, torch.tensor([1, 1, 3])).sum().backward()
+    assert not table.grad.is_sparse  # dense by default
+    with pytest.raises(ValueError, match=r"(?<![A-Za-z])classes(?![A-Za-z])"):
+        gather_rows(torch.zeros(4), torch.tensor([1]))
+    with pytest.raises(ValueError, match=r"(?<![A-Za-z])sparse(?![A-Za-z])"):
+        gather_rows(table, torch.tensor([1]), sparse="no")
+    with pytest.raises(ValueError, match=r"(?<![A-Za-z])ids(?![A-Za-z])"):
+        gather_rows(table, torch.tensor([1.0]))
+
+
+def _half_draw():
+    from candidate_sampling.sampling.samplers import CandidateDraw
+
+    positives = torch.tensor([0, 3, 5])
+    return CandidateDraw(
+        ids=torch.tensor([2, 0, 2, 5]), log_q=torch.tensor([-1.0, -2.0, -1.0, -3.0]),
+        num_tries=4, unique=False, positive_log_q=torch.tensor([-2.0, -4.0, -3.0]),
+        positive_ids=positives,
+    ), positives
+
+
+def _as_sets(table, bias, order, correct, sparse, draw=None):
+    from candidate_sampling import CandidateSet
+
+    made, positives = _half_draw()
+    draw = draw or made
+    calls = {
+        "positives": lambda: CandidateSet.positives_of(
+            positives, table, draw=draw, class_bias=bias, correct=correct, sparse=sparse),
+        "draw": lambda: CandidateSet.from_draw(
+            draw, table, class_bias=bias, correct=correct, sparse=sparse),
+    }
+    out = {role: calls[role]() for role in order}
+    return out["positives"], out["draw"]
+
+
+@pytest.mark.parametrize("order", [("positives", "draw"), ("draw", "positives")])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("correct", [False, True])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_half_table_shared_gather_matches_the_float32_gather(order, with_bias, correct, sparse):
+    """The positives' and the draw's rows of a float16 table, gathered once and shared,
+    against each gathered alone from the float32 copy: values, ids, log Q, bias, source
+    and the table's (and bias's) gradient."""
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(6, 3, generator=g)
+    base_bias = torch.randn(6, generator=g)
+    half = base.half().requires_grad_()
+    ref = half.detach().float().requires_grad_()
+    half_bias = base_bias.half().requires_grad_() if with_bias else None
+    ref_bias = half_bias.detach().float().requires_grad_() if with_bias else None
+    got = _as_sets(half, half_bias, order, correct, sparse)
+    want = _as_sets(ref, ref_bias, order, correct, sparse)
+    weights = [torch.arange(1.0, 4.0)[:, None] * 3.0, -torch.arange(1.0, 5.0)[:, None]]
+    totals = [0.0, 0.0]
+    for a, b, w in zip(got, want, weights):
+        assert a.embeddings.dtype == torch.float32
+        torch.testing.assert_close(a.embeddings, b.embeddings)
+        assert torch.equal(a.ids, b.ids) and a.source == b.source
+        assert (a.log_q is None) == (b.log_q is None) == (not correct)
+        if correct:
+            torch.testing.assert_close(a.log_q, b.log_q)
+        assert (a.bias is None) == (not with_bias)
+        for side, s in enumerate((a, b)):
+            totals[side] = totals[side] + (s.embeddings * w).sum()
+            if with_bias:
+                torch.testing.assert_close(a.bias.float(), b.bias.float())
+                totals[side] = totals[side] + (s.bias.float() * w[:, 0]).sum()
+    totals[0].backward()
+    totals[1].backward()
+    def dense(t):
+        return t.to_dense() if t.is_sparse else t
+
+    assert dense(half.grad).dtype == torch.float16
+    torch.testing.assert_close(dense(half.grad).float(), dense(ref.grad).half().float())
+    if with_bias:
+        torch.testing.assert_close(
+            dense(half_bias.grad).float(), dense(ref_bias.grad).half().float())
+
+
+def test_half_table_shared_gather_is_not_reused_when_anything_changed():
+    """The rows waiting on a draw are taken only by a call with the same table (not
+    edited since), the same bias and grad mode; otherwise they are gathered afresh."""
+    from candidate_sampling import CandidateSet
+
+    table = torch.arange(18.0).reshape(6, 3).half().requires_grad_()
+    draw, positives = _half_draw()
+    CandidateSet.positives_of(positives, table, draw=draw)
+    with torch.no_grad():
+        table[2] += 100.0  # edited after the first gather: the draw's rows must see it
+    got = CandidateSet.from_draw(draw, table)
+    torch.testing.assert_close(got.embeddings, table.detach().float()[draw.ids])
+    other = (table.detach() * 2).requires_grad_()
+    draw, positives = _half_draw()
+    CandidateSet.positives_of(positives, table, draw=draw)
+    got = CandidateSet.from_draw(draw, other)  # another table
+    torch.testing.assert_close(got.embeddings, other.detach().float()[draw.ids])
+    draw, positives = _half_draw()
+    bias = torch.ones(6).half()
+    CandidateSet.positives_of(positives, table, draw=draw)
+    got = CandidateSet.from_draw(draw, table, class_bias=bias)  # a bias now
+    assert got.bias is not None and torch.equal(got.bias.float(), torch.ones(4))
+    draw, positives = _half_draw()
+    with torch.no_grad():
+        CandidateSet.positives_of(positives, table, draw=draw)
+    got = CandidateSet.from_draw(draw, table)  # grad mode on now
+    assert got.embeddings.requires_grad
+    draw, positives = _half_draw()
+    first = CandidateSet.positives_of(positives, table, draw=draw)
+    again = CandidateSet.positives_of(positives, table, draw=draw)  # same role twice
+    torch.testing.assert_close(again.embeddings, first.embeddings)
+    assert again.ids.tolist() == positives.tolist()
+
+
+# --------------------------------------------------------------------------- top-k and sampled protocol
+
+
+def test_top_k_items_at_the_largest_k_known_items_leave_matches_a_loop():
+    """k = |V| − (most known items of a user) is allowed and exact; one more is refused;
+    a ``known`` with a user beyond ``num_users`` is refused; blocks of one user agree."""
+    from candidate_sampling.eval import KnownPairs
+    from candidate_sampling.eval.metrics import top_k_items
+
+    g = torch.Generator().manual_seed(5)
+    users, items = torch.randn(3, 4, generator=g, dtype=D64), torch.randn(7, 4, generator=g, dtype=D64)
+    known = KnownPairs(torch.tensor([0, 0, 2]), torch.tensor([1, 5, 3]), num_items=7)
+    k = 7 - 2
+    got = top_k_items(users, items, k, known=known, chunk_size=1)
+    scores = users @ items.T
+    seen = {0: {1, 5}, 1: set(), 2: {3}}
+    for u in range(3):
+        order = sorted((y for y in range(7) if y not in seen[u]), key=lambda y: -float(scores[u, y]))
+        assert got[u].tolist() == order[:k]
+    assert torch.equal(top_k_items(users, items, k, known=known), got)
+    with pytest.raises(ValueError, match=r"^k must be <= 5"):
+        top_k_items(users, items, k + 1, known=known)
+    beyond = KnownPairs(torch.tensor([0, 3]), torch.tensor([1, 2]), num_items=7)
+    with pytest.raises(ValueError, match="known"):
+        top_k_items(users, items, 2, known=beyond)
+
+
+def test_sample_unseen_negatives_default_count_and_known_users_in_range():
+    from candidate_sampling.eval import KnownPairs
+    from candidate_sampling.eval.metrics import sample_unseen_negatives
+
+    g = torch.Generator().manual_seed(0)
+    neg = sample_unseen_negatives(
+        torch.tensor([0, 1]), torch.tensor([3, 4]), num_users=2, num_items=500, generator=g
+    )
+    assert neg.shape == (2, 100)  # the default num_negatives
+    beyond = KnownPairs(torch.tensor([0, 2]), torch.tensor([1, 2]), num_items=500)
+    with pytest.raises(ValueError, match="known"):
+        sample_unseen_negatives(
+            torch.tensor([0, 1]), torch.tensor([3, 4]), num_users=2, num_items=500,
+            known=beyond, generator=g,
+        )
+
+
+# --------------------------------------------------------------------------- frequencies
+
+
+def test_frequencies_at_their_smallest_valid_inputs_and_output_dtype():
+    from candidate_sampling.sampling.frequency import (
+        item_counts,
+        item_probabilities,
+        mixed_log_q,
+    )
+
+    assert item_counts(torch.tensor([0, 0]), 1).tolist() == [2]  # a catalogue of one
+    # a total of exactly 1 (a single count) is a valid distribution
+    assert item_probabilities(torch.tensor([0, 1, 0])).tolist() == [0.0, 1.0, 0.0]
+    assert item_probabilities(torch.tensor([0.0, 0.25, 0.75])).tolist() == [0.0, 0.25, 0.75]
+    q = torch.tensor([0.5, 0.25, 0.25], dtype=D64)
+    r = torch.full((3,), 1 / 3, dtype=D64)
+    for form in ("expected_count", "mixture", "inclusion"):
+        got = mixed_log_q(q, r, batch_size=4, num_samples=2, form=form)
+        assert got.dtype == torch.float32 and got.shape == (3,)
+        value = {
+            "expected_count": 4 * q + 2 * r,
+            "mixture": (4 * q + 2 * r) / 6,
+            "inclusion": 1 - (1 - q) ** 4 * (1 - r) ** 2,
+        }[form]
+        torch.testing.assert_close(got, torch.log(value).float())
+    with pytest.raises(ValueError, match="item_probabilities"):
+        from candidate_sampling.sampling.frequency import batch_log_q
+
+        batch_log_q(torch.tensor([0, 1]), torch.tensor([1, 1]), num_draws=2)
+
+
+# --------------------------------------------------------------------------- temperature, log Q
+
+
+def test_temperature_from_scale_defaults_and_range_in_the_callers_terms():
+    from candidate_sampling.losses import Temperature
+
+    t = Temperature.from_scale(4.0)
+    assert not t.learnable and t.max_scale is None
+    assert float(t.value) == pytest.approx(0.25) and float(t.scale) == pytest.approx(4.0)
+    for scale, shown in ((1e39, r"1e\+39"), (1e-39, "1e-39")):
+        with pytest.raises(ValueError, match=rf"^scale must lie in .*got {shown}$"):
+            Temperature.from_scale(scale)
+    assert float(Temperature.from_scale(3e38).scale) == pytest.approx(3e38, rel=1e-5)
+
+
+def test_correct_logits_copies_by_default_and_writes_in_place_when_asked():
+    from candidate_sampling.losses import correct_logits
+
+    logits = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    log_q = torch.tensor([0.5, -1.0])
+    out = correct_logits(logits, log_q)
+    assert torch.equal(out, torch.tensor([[0.5, 3.0], [2.5, 5.0]]))
+    assert torch.equal(logits, torch.tensor([[1.0, 2.0], [3.0, 4.0]]))  # untouched
+    same = correct_logits(logits, log_q, inplace=True)
+    assert same.data_ptr() == logits.data_ptr() and torch.equal(logits, out)
+    with pytest.raises(ValueError, match=r"^inplace must be a bool"):
+        correct_logits(logits, log_q, inplace="no")
+
+
+def test_sample_unseen_negatives_may_use_every_unseen_item():
+    """A user who knows items {1, 2, 3}, its positive 1 among them: the unseen items are
+    {0, 4, 5}, so 3 negatives is the most, and they are exactly those."""
+    from candidate_sampling.eval import KnownPairs
+    from candidate_sampling.eval.metrics import sample_unseen_negatives
+
+    known = KnownPairs(torch.tensor([0, 0, 0]), torch.tensor([1, 2, 3]), num_items=6)
+    g = torch.Generator().manual_seed(0)
+    neg = sample_unseen_negatives(
+        torch.tensor([0]), torch.tensor([1]), num_users=1, num_items=6, num_negatives=3,
+        known=known, generator=g,
+    )
+    assert sorted(neg[0].tolist()) == [0, 4, 5]
+    with pytest.raises(ValueError, match=r"^num_negatives must be <= .*\(3 for"):
+        sample_unseen_negatives(
+            torch.tensor([0]), torch.tensor([1]), num_users=1, num_items=6,
+            num_negatives=4, known=known, generator=g,
+        )
+
+
+def test_calibration_error_of_one_prediction_and_its_default_bins():
+    from candidate_sampling.eval.metrics import expected_calibration_error
+
+    ece, predicted, observed, counts = expected_calibration_error(
+        torch.tensor([0.7]), torch.tensor([1])
+    )
+    assert ece == pytest.approx(0.3) and counts.sum() == 1 and predicted.shape == (10,)
+    assert predicted.dtype == observed.dtype == torch.float64
+    assert int(torch.isnan(predicted).sum()) == 9  # empty bins are NaN
+    p = torch.linspace(0.05, 0.95, 40)
+    y = (torch.arange(40) % 3 == 0)
+    assert expected_calibration_error(p, y)[0] == expected_calibration_error(p, y, num_bins=10)[0]
+
+
+def test_chunked_loss_module_defaults_match_the_function():
+    from candidate_sampling.losses import ChunkedSoftmaxCrossEntropy, chunked_softmax_cross_entropy
+
+    g = torch.Generator().manual_seed(0)
+    q, c = torch.randn(5, 3, generator=g, dtype=D64), torch.randn(9, 3, generator=g, dtype=D64)
+    ids = torch.tensor([0, 8, 3, 3, 1])
+    want = chunked_softmax_cross_entropy(q, c, ids)
+    assert ChunkedSoftmaxCrossEntropy()(q, c, ids) == want
+    small = ChunkedSoftmaxCrossEntropy(chunk_size=1, memory_budget=1)(q, c, ids)
+    torch.testing.assert_close(small, want)
+
+
+@pytest.mark.parametrize("runs", [(("batch", 3),), (("batch", 2), ("unique", 1)),
+                                  (("queue", 1), ("batch", 1), ("mined", 1))])
+def test_select_keeps_each_columns_source_as_a_loop_does(runs):
+    from candidate_sampling import CandidateSet
+
+    cs = CandidateSet(torch.randn(3, 2), torch.tensor([7, 8, 9]), source=runs)
+    names = [n for n, c in runs for _ in range(c)]
+
+    def merged(picked):
+        out = []
+        for n in picked:
+            if out and out[-1][0] == n:
+                out[-1] = (n, out[-1][1] + 1)
+            else:
+                out.append((n, 1))
+        return tuple(out)
+
+    for index in ([2, 0], [1], [0, 1, 2], [2, 2]):
+        got = cs.select(torch.tensor(index))
+        assert got.source == merged([names[i] for i in index]), index
+        assert got.ids.tolist() == [7 + i for i in index]
+    assert cs.select(slice(1, 3)).source == merged(names[1:3])
+    assert cs.select(torch.tensor([True, False, True])).source == merged([names[0], names[2]])
+    empty = cs.select(torch.tensor([], dtype=torch.long))
+    assert empty.num_candidates == 0 and empty.source == ()
+    with pytest.raises(ValueError, match=r"(?<![A-Za-z])columns(?![A-Za-z])"):
+        cs.select(torch.tensor([0.0]))
+
+
+def test_popularity_strata_break_ties_by_id_and_default_to_deciles():
+    from candidate_sampling.eval.metrics import popularity_strata
+
+    popularity = torch.tensor([5, 1, 5, 3, 1, 1, 5, 0, 3, 2, 2, 4])
+    got = popularity_strata(popularity, num_strata=4)
+    order = sorted(range(12), key=lambda i: (-int(popularity[i]), i))
+    want = [0] * 12
+    for r, i in enumerate(order):
+        want[i] = r * 4 // 12
+    assert got.tolist() == want
+    assert popularity_strata(torch.arange(20.0)).max() == 9  # ten strata by default
+
+
+def test_user_bootstrap_default_resamples_and_a_single_resample():
+    from candidate_sampling.eval.metrics import user_bootstrap
+
+    values = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    users = torch.tensor([0, 0, 1, 2])
+    g = torch.Generator().manual_seed(0)
+    assert user_bootstrap(values, users, generator=g).shape == (2000,)
+    one = user_bootstrap(values, users, num_resamples=1, generator=g)
+    assert one.shape == (1,) and 0.0 <= float(one[0]) <= 1.0
+    same = user_bootstrap(values[:2], users[:2], num_users=1, num_resamples=3, generator=g)
+    assert same.tolist() == [0.5, 0.5, 0.5]  # one user: every resample is user 0
+
+
+def test_concat_fills_missing_fields_and_broadcasts_per_row_parts_as_a_loop_does():
+    from candidate_sampling import CandidateSet
+
+    g = torch.Generator().manual_seed(4)
+    a = CandidateSet(torch.randn(2, 3, generator=g, dtype=D64), torch.tensor([1, 2]),
+                     log_q=torch.tensor([[-1.0, -2.0], [-3.0, -4.0]]), source="batch")
+    b = CandidateSet(torch.randn(3, 3, generator=g), torch.tensor([5, 6, 7]),
+                     bias=torch.tensor([0.5, -0.5, 1.5]),
+                     mask=torch.tensor([True, False, True]), source="unique")
+    c = CandidateSet(torch.randn(1, 3, generator=g), torch.tensor([9]),
+                     log_q=torch.tensor([-7.0], dtype=D64), source="unique")
+    joined = CandidateSet.concat(a, b, c)
+    assert joined.embeddings.dtype == D64
+    torch.testing.assert_close(
+        joined.embeddings, torch.cat([a.embeddings, b.embeddings.double(), c.embeddings.double()])
+    )
+    assert joined.ids.tolist() == [1, 2, 5, 6, 7, 9]
+    # log Q: a's per-row block, 0 where b has none, c's shared value broadcast to the rows
+    assert joined.log_q.dtype == D64 and joined.log_q.tolist() == [
+        [-1.0, -2.0, 0.0, 0.0, 0.0, -7.0], [-3.0, -4.0, 0.0, 0.0, 0.0, -7.0],
+    ]
+    assert joined.bias.tolist() == [0.0, 0.0, 0.5, -0.5, 1.5, 0.0]
+    assert joined.mask.tolist() == [True, True, True, False, True, True]
+    assert joined.source == (("batch", 2), ("unique", 4))
+    assert (a + b).source == (("batch", 2), ("unique", 3))
+    assert joined.hit_columns().tolist() == [False, False, True, True, True, True]
+    assert c.hit_columns().tolist() == [True] and a.hit_columns() is None
+    with pytest.raises(ValueError, match="same embedding size d"):
+        CandidateSet.concat(a, CandidateSet(torch.zeros(1, 2), torch.tensor([0])))

@@ -729,11 +729,15 @@ class CandidateSet:
         if len(sets) == 1:
             return sets[0]
         if len({s.dim for s in sets}) > 1:
-            listed = ", ".join(f"sets[{i}]: {s.dim}" for i, s in enumerate(sets))
-            raise ValueError(f"every set must have the same embedding size d, got {listed}")
+            raise ValueError(
+                "every set must have the same embedding size d, got "
+                + ", ".join(f"sets[{i}]: {s.dim}" for i, s in enumerate(sets))
+            )
         if len({s.device for s in sets}) > 1:
-            listed = ", ".join(f"sets[{i}]: {s.device}" for i, s in enumerate(sets))
-            raise ValueError(f"every set must be on one device, got {listed}")
+            raise ValueError(
+                "every set must be on one device, got "
+                + ", ".join(f"sets[{i}]: {s.device}" for i, s in enumerate(sets))
+            )
         rows = {s.batch_size for s in sets} - {None}
         if len(rows) > 1:
             raise ValueError(f"per-row (B, C) parts must agree on B, got {sorted(rows)}")

@@ -108,9 +108,10 @@ def _check_budget(num_rows, num_classes, method, memory_budget, element_size) ->
     """ValueError naming ``memory_budget`` when it cannot hold the smallest block."""
     smallest = (num_classes if method == "rows" else max(num_rows, 1)) * element_size
     if memory_budget < smallest:
-        what = "one row of |V| logits" if method == "rows" else "one class column of N logits"
         raise ValueError(
-            f"memory_budget must hold {what} ({smallest} bytes), got {memory_budget}"
+            "memory_budget must hold one "
+            + ("row of |V|" if method == "rows" else "class column of N")
+            + f" logits ({smallest} bytes), got {memory_budget}"
         )
 
 

@@ -231,12 +231,11 @@ class Temperature(nn.Module):
         *,
         learnable: bool = False,
         max_scale: float | None = None,
-        _name: str = "temperature",
     ) -> None:
         super().__init__()
         if isinstance(temperature, torch.Tensor):
-            temperature = float(check_positive(_name, temperature).detach())
-        value = float(_check_scale_range(_name, temperature))
+            temperature = float(check_positive("temperature", temperature).detach())
+        value = float(_check_scale_range("temperature", temperature))
         if max_scale is not None:
             check_positive("max_scale", max_scale)
         learnable = check_bool("learnable", learnable)
@@ -256,8 +255,10 @@ class Temperature(nn.Module):
         Defaults: ``learnable=False``.
         ``max_scale`` clamps ``1/τ`` as CLIP's ``logit_scale`` (100 there)."""
         scale = float(check_positive("scale", scale))
+        # τ = 1/scale is checked here, in the caller's terms: the constructor's own check
+        # of the same τ cannot fail after this one
         _check_scale_range("scale", 1.0 / scale if scale else math.inf, shown=scale)
-        return cls(1.0 / scale, learnable=learnable, max_scale=max_scale, _name="scale")
+        return cls(1.0 / scale, learnable=learnable, max_scale=max_scale)
 
     @property
     def scale(self) -> torch.Tensor:
