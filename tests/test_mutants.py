@@ -696,3 +696,183 @@ def test_concat_fills_missing_fields_and_broadcasts_per_row_parts_as_a_loop_does
     assert c.hit_columns().tolist() == [True] and a.hit_columns() is None
     with pytest.raises(ValueError, match="same embedding size d"):
         CandidateSet.concat(a, CandidateSet(torch.zeros(1, 2), torch.tensor([0])))
+
+
+def test_every_way_to_remake_a_set_keeps_its_mask_and_bias():
+    from candidate_sampling import CandidateSet
+    from candidate_sampling.candidates import _merged
+
+    g = torch.Generator().manual_seed(6)
+    table = torch.randn(5, 2, generator=g)
+    mask = torch.tensor([[True, False, True], [False, True, True]])
+    bias = torch.tensor([0.5, -1.0, 2.0])
+    cs = CandidateSet(table[:3], torch.tensor([0, 1, 2]), mask=mask, bias=bias)
+    for made in (cs.with_source("unique"), cs.with_mask(mask), cs.select(slice(0, 3)),
+                 cs.select(torch.tensor([0, 1, 2]))):
+        assert torch.equal(made.mask, mask) and torch.equal(made.bias, bias)
+    assert torch.equal(cs.select(torch.tensor([2, 0])).mask, mask[:, [2, 0]])
+    ids = torch.tensor([4, 0, 3])
+    full_bias = torch.arange(5.0)
+    made = CandidateSet.from_ids(ids, table, mask=mask, class_bias=full_bias, log_q=0.0)
+    assert torch.equal(made.mask, mask) and torch.equal(made.bias, full_bias[ids])
+    assert torch.equal(made.embeddings, table[ids]) and made.log_q.tolist() == [0.0] * 3
+    # runs of 0 columns are dropped wherever they are, never end the list
+    assert _merged([("batch", 2), ("unique", 0), ("batch", 1), ("fixed", 1)]) == (
+        ("batch", 3), ("fixed", 1),
+    )
+
+
+def test_pairs_of_a_catalogue_of_one_item_are_valid():
+    from candidate_sampling.eval.metrics import check_pairs
+
+    check_pairs(torch.tensor([0, 1]), torch.tensor([0, 0]), num_users=2, num_items=1)
+    with pytest.raises(ValueError, match="positive_ids"):
+        check_pairs(torch.tensor([0]), torch.tensor([1]), num_users=1, num_items=1)
+
+
+def test_a_half_table_with_a_draw_made_without_positives_is_gathered_alone():
+    from candidate_sampling import CandidateSet
+    from candidate_sampling.sampling.samplers import CandidateDraw
+
+    table = torch.randn(6, 3).half()
+    draw = CandidateDraw(ids=torch.tensor([2, 0, 5]), log_q=torch.zeros(3), num_tries=3,
+                         unique=False)
+    got = CandidateSet.from_draw(draw, table)
+    torch.testing.assert_close(got.embeddings, table.float()[draw.ids])
+    assert got.source == (("replacement", 3),)
+
+
+@pytest.mark.parametrize("method", ["rows", "vocab"])
+def test_chunked_loss_with_a_temperature_tensor_that_needs_no_gradient(method):
+    from candidate_sampling.losses import chunked_softmax_cross_entropy
+
+    g = torch.Generator().manual_seed(8)
+    q = torch.randn(4, 3, generator=g, dtype=D64, requires_grad=True)
+    c = torch.randn(6, 3, generator=g, dtype=D64)
+    ids = torch.tensor([5, 0, 2, 2])
+    got = chunked_softmax_cross_entropy(q, c, ids, temperature=torch.tensor(0.25), method=method)
+    want = torch.nn.functional.cross_entropy(q @ c.T / 0.25, ids)
+    torch.testing.assert_close(got, want)
+
+
+def test_empty_ids_and_empty_sets_are_valid_everywhere_they_are_documented():
+    from candidate_sampling import CandidateSet
+    from candidate_sampling.candidates import gather_rows
+
+    table = torch.randn(4, 2)
+    none = torch.tensor([], dtype=torch.long)
+    assert gather_rows(table, none).shape == (0, 2)
+    assert CandidateSet.from_ids(none, table).num_candidates == 0
+    empty = CandidateSet(torch.zeros(0, 2), none, bias=torch.zeros(0), log_q=torch.zeros(0))
+    assert empty.num_candidates == 0 and empty.bias.shape == (0,)
+    assert empty.select(torch.zeros(0, dtype=torch.bool)).num_candidates == 0
+    assert empty.select(none).num_candidates == 0
+
+
+# --------------------------------------------------------------------------- core steps' defaults
+
+
+def test_logistic_terms_match_the_formula_for_each_kind_of_label():
+    from candidate_sampling.losses import logistic_terms
+
+    z = torch.tensor([[2.0, -1.0, 0.5], [-3.0, 0.0, 1.5]], dtype=D64)
+    removed = torch.tensor([[False, True, False], [False, False, True]])
+
+    def by_hand(y):
+        return torch.nn.functional.softplus(z) - y * z  # −y log σ(z) − (1 − y) log σ(−z)
+
+    for labels in (0.0, 1.0, torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]], dtype=D64)):
+        y = labels if isinstance(labels, torch.Tensor) else torch.full_like(z, labels)
+        torch.testing.assert_close(logistic_terms(z, labels), by_hand(y))
+        got = logistic_terms(z, labels, removed=removed)
+        torch.testing.assert_close(got, by_hand(y).masked_fill(removed, 0.0))
+    before = z.clone()
+    logistic_terms(z, 1.0, removed=removed)
+    assert torch.equal(z, before)  # a copy unless inplace=True
+
+
+def test_apply_temperature_copies_unless_told_and_divides_by_every_tau():
+    from candidate_sampling.losses import apply_temperature
+
+    x = torch.tensor([1.0, -2.0, 4.0])
+    assert torch.equal(apply_temperature(x), x)  # τ = 1 by default
+    for tau in (2.0, 0.5):
+        got = apply_temperature(x, tau)
+        assert torch.equal(got, x / tau) and torch.equal(x, torch.tensor([1.0, -2.0, 4.0]))
+    y = x.clone()
+    out = apply_temperature(y, 2.0, inplace=True)
+    assert out.data_ptr() == y.data_ptr() and torch.equal(y, x / 2.0)
+
+
+def test_loss_modules_default_to_tau_one_and_the_mean():
+    from candidate_sampling.losses import InfoNCELoss, info_nce_loss
+
+    g = torch.Generator().manual_seed(9)
+    q, k = torch.randn(4, 3, generator=g, dtype=D64), torch.randn(4, 3, generator=g, dtype=D64)
+    module = InfoNCELoss()
+    assert module(q, k) == info_nce_loss(q, k, temperature=1.0, reduction="mean")
+    assert "reduction='mean'" in repr(module)
+
+
+def test_check_positive_columns_names_what_the_columns_index():
+    from candidate_sampling.losses.core import check_positive_columns
+
+    with pytest.raises(ValueError, match="logits"):
+        check_positive_columns(torch.tensor([0, 5]), 2, 3)
+    with pytest.raises(ValueError, match="columns"):
+        check_positive_columns(torch.tensor([0, 5]), 2, 3, of="columns")
+
+
+@pytest.mark.parametrize("bad", [torch.tensor([1.0, 2.0]), torch.tensor([True, False])])
+def test_accidental_hits_refuse_float_and_bool_positive_ids(bad):
+    from candidate_sampling.losses import accidental_hits
+
+    with pytest.raises(ValueError, match="positive_ids"):
+        accidental_hits(bad, torch.tensor([1, 2, 3]))
+
+
+def test_streaming_estimator_defaults_and_smallest_settings():
+    from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator
+
+    ids = [torch.tensor([3, 5, 3]), torch.tensor([5, 7]), torch.tensor([3, 9]),
+           torch.tensor([11, 13, 3]), torch.tensor([5, 2])]
+
+    def run(**kw):
+        est = StreamingFrequencyEstimator(4, **kw)
+        for batch in ids:
+            est.update(batch)
+        return est.estimate(torch.arange(14))
+
+    assert torch.equal(run(), run(seed=0))  # seed 0 by default
+    assert not torch.equal(run(seed=0), run(seed=1))  # the seed picks the hash
+    one = StreamingFrequencyEstimator(1, learning_rate=1.0)
+    for batch in ids:
+        one.update(batch)
+    # one bucket seen at every step with η = 1: the last gap is 1, so p̂ = 1
+    assert one.estimate(torch.tensor([0])).tolist() == [1.0]
+
+
+def test_metric_arguments_that_must_agree_with_the_catalogue():
+    from candidate_sampling.eval.metrics import (
+        stratified_metrics,
+        top_k_items,
+        user_bootstrap_interval,
+    )
+
+    ranks, users, ids = torch.tensor([0, 3]), torch.tensor([0, 1]), torch.tensor([1, 4])
+    got = stratified_metrics(ranks, users, ids, torch.tensor([0, 0, 1, 1, 1]), ks=(1,))
+    assert len(got) == 2
+    # strata of 4 items for a positive id of 4: the ids are checked against their length
+    with pytest.raises(ValueError, match=r"^positive_ids must lie in \[0, 4\)"):
+        stratified_metrics(ranks, users, ids, torch.tensor([0, 0, 1, 1]), ks=(1,))
+    emb = torch.randn(3, 2)
+    assert top_k_items(emb, torch.randn(4, 2), 4).shape == (3, 4)
+    with pytest.raises(ValueError, match=r"^k must"):
+        top_k_items(emb, torch.randn(4, 2), 5)
+    values, users = torch.tensor([1.0, 0.0, 1.0, 0.5]), torch.tensor([0, 1, 2, 2])
+    a = user_bootstrap_interval(values, users, generator=torch.Generator().manual_seed(3))
+    b = user_bootstrap_interval(values, users, num_resamples=2000,
+                                generator=torch.Generator().manual_seed(3))
+    assert a == b  # 2,000 resamples by default
+    with pytest.raises(ValueError, match="confidence"):
+        user_bootstrap_interval(values, users, confidence=0.0)

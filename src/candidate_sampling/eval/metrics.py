@@ -589,10 +589,8 @@ def popularity_strata(popularity: torch.Tensor, num_strata: int = 10) -> torch.T
     return strata
 
 
-def _check_strata(item_strata: torch.Tensor, num_items: int | None = None) -> int:
+def _check_strata(item_strata: torch.Tensor) -> int:
     check_tensor("item_strata", item_strata, ("V",), floating=False)
-    if num_items is not None:
-        check_same("number of items |V|", item_strata=item_strata.shape[0], ids=num_items)
     if get_validate_args() and int(item_strata.min()) < 0:
         raise ValueError(f"item_strata must be >= 0, got {int(item_strata.min())}")
     return int(item_strata.max()) + 1
