@@ -5,11 +5,12 @@ index's exact name as printed, to run only those): the
 embedding-like items of :mod:`benchmarks.mining` (d = 64), 2 × QUERIES queries (1,024 by
 default) split into a *validation* half and a *test* half. For each index (IVFFlat on the
 MIPS→L2 transform ``[x, sqrt(M² − |x|²)]`` with nlist ≈ 4√N and 8√N, IVFFlat with the
-inner-product metric, IVF-SQ8 and IVFPQ on the transform each refined by exact
-``IndexRefineFlat``, HNSW with M = 32 and 48), the search knob (``nprobe`` / ``efSearch``)
+inner-product metric, IVF on the transform with an HNSW coarse quantiser and nlist 8,192
+or 16,384, IVF-SQ8 and IVFPQ on the transform each refined by exact ``IndexRefineFlat``,
+HNSW with M = 32 and 48), the search knob (``nprobe`` / ``efSearch``)
 is the smallest of a grid whose recall@100 on the validation queries is ≥ 0.95; with it the
 test queries are timed (best of three) against exact ``brute_force_top_k`` (best of two), one
-thread on each side. One JSON line per index: build seconds, the validation curve
+thread on each side (the IVF-HNSW builds use two). One JSON line per index: build seconds, the validation curve
 (knob, recall), test recall, query seconds and the speed-up. An exploration, not part of
 ``run.py``: the 10^6 builds take minutes each (HNSW tens of minutes) on a 2-core machine.
 """
