@@ -131,7 +131,7 @@ def test_half_table_gathers_repeats_with_float32_gradients():
         (dict(embeddings=torch.zeros(3), ids=torch.arange(3)), "embeddings must have shape"),
         (dict(embeddings=torch.zeros(3, 2, dtype=torch.long), ids=torch.arange(3)),
          "embeddings must be a floating"),
-        (dict(embeddings=torch.zeros(3, 2), ids=torch.arange(2)), r"ids must have shape \(3\)"),
+        (dict(embeddings=torch.zeros(3, 2), ids=torch.arange(2)), r"ids must have shape \(3,\)"),
         (dict(embeddings=torch.zeros(3, 2), ids=torch.zeros(3)), "ids must be an integer"),
         (dict(embeddings=torch.zeros(3, 2), ids=torch.tensor([0, -1, 2])), "ids must be >= 0"),
         (dict(embeddings=torch.zeros(3, 2), ids=torch.arange(3), log_q=torch.zeros(4)),

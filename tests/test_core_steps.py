@@ -228,11 +228,11 @@ def test_accidental_hits_bad_inputs():
         accidental_hits(pos[None, :, None], cand)
     with pytest.raises(ValueError, match="positive_ids must be an integer"):
         accidental_hits(pos.float(), cand)
-    with pytest.raises(ValueError, match=r"candidate_ids must have shape \(C\)"):
+    with pytest.raises(ValueError, match=r"candidate_ids must have shape \(C,\)"):
         accidental_hits(pos, cand[None, None])
     with pytest.raises(ValueError, match="candidate_ids must be an integer"):
         accidental_hits(pos, cand.float())
-    with pytest.raises(ValueError, match=r"candidate_ids must have shape \(C\)"):
+    with pytest.raises(ValueError, match=r"candidate_ids must have shape \(C,\)"):
         accidental_hits(pos, torch.zeros(3, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="positive_columns"):
         accidental_hits(pos, cand, positive_columns=torch.tensor([0]))

@@ -594,7 +594,7 @@ def test_history_windows_errors():
         data.history_windows(users, items[:2], position, 2)
     with pytest.raises(ValueError, match="item_index must be an integer tensor"):
         data.history_windows(users, items.float(), position, 2)
-    with pytest.raises(ValueError, match="user_index must have shape \\(n\\), got \\(1, 3\\)"):
+    with pytest.raises(ValueError, match="user_index must have shape \\(n,\\), got \\(1, 3\\)"):
         data.history_windows(users[None], items, position, 2)
 
 

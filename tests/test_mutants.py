@@ -876,3 +876,379 @@ def test_metric_arguments_that_must_agree_with_the_catalogue():
     assert a == b  # 2,000 resamples by default
     with pytest.raises(ValueError, match="confidence"):
         user_bootstrap_interval(values, users, confidence=0.0)
+
+
+# --------------------------------------------------------------------------- third round
+# Each test below pins what a surviving mutant of the full run changed: a choice the
+# docstring states (which chunked path runs, with which block), a dtype promised by a
+# docstring, a boundary of a budget or a count, or the words of an error message.
+
+
+def _spy_chunked_paths(monkeypatch):
+    """Record ``(method, chunk)`` of every chunked autograd call, then run it as usual."""
+    from candidate_sampling.losses import chunked as C
+
+    calls: list[tuple[str, int]] = []
+    rows_apply, vocab_apply = C._RowsChunked.apply, C._VocabChunked.apply
+
+    def rows(*args):
+        calls.append(("rows", args[7]))
+        return rows_apply(*args)
+
+    def vocab(*args):
+        calls.append(("vocab", args[6]))
+        return vocab_apply(*args)
+
+    monkeypatch.setattr(C._RowsChunked, "apply", rows)
+    monkeypatch.setattr(C._VocabChunked, "apply", vocab)
+    return calls
+
+
+_AUTO_CASES = {
+    # case: the path ``method="auto"`` (or the given method) must run
+    "train": "rows",
+    "forward only": "vocab",  # under torch.no_grad()
+    "nothing needs a gradient": "vocab",
+    "only the bias needs one": "rows",
+    "reduction none": "vocab",
+    "half classes": "vocab",
+    "budget one row short": "vocab",  # holds 9 of the 10 rows
+    "budget exactly the rows": "rows",
+    "float64 budget one row short": "vocab",  # 8 bytes a logit: 9 rows, not 19
+    "ignored rows": "rows",  # 12 rows, 2 ignored: the budget holds the 10 kept
+    "chunk given": "rows",
+    "rows given": "rows",
+    "vocab given": "vocab",
+}
+
+
+@pytest.mark.parametrize("case", list(_AUTO_CASES))
+def test_auto_runs_the_path_and_block_its_docstring_states(monkeypatch, case):
+    """``method="auto"``: :func:`resolve_method` (rows for mean / sum while the budget
+    holds min(kept rows, 64) rows of |V| logits, classes not half) unless no gradient can
+    follow (a forward alone: vocab); ``chunk_size=None``: :func:`default_chunk_size` of the
+    kept rows, the method run, the budget and the size of the computing dtype."""
+    from candidate_sampling.losses import chunked as C
+
+    calls = _spy_chunked_paths(monkeypatch)
+    n, v, d = 10, 50, 3
+    g = torch.Generator().manual_seed(3)
+    dtype = D64 if case.startswith("float64") else torch.float32
+    size = dtype.itemsize
+    query = torch.randn(n, d, generator=g, dtype=dtype)
+    classes = torch.randn(v, d, generator=g, dtype=dtype)
+    bias = torch.randn(v, generator=g, dtype=dtype)
+    ids = torch.randint(v, (n,), generator=g)
+    reduction, budget = "mean", C.DEFAULT_MEMORY_BUDGET
+    if case == "ignored rows":
+        query = torch.cat([query, query[:2]])
+        ids = torch.cat([ids, torch.tensor([-100, -100])])
+        budget = size * v * n
+    if case == "half classes":
+        classes = classes.half()
+    if case == "reduction none":
+        reduction = "none"
+    if case.endswith("one row short"):
+        budget = size * v * n - 1
+    if case == "budget exactly the rows":
+        budget = size * v * n
+    if case != "nothing needs a gradient":
+        (bias if case == "only the bias needs one" else query).requires_grad_()
+    method = {"rows given": "rows", "vocab given": "vocab"}.get(case, "auto")
+    chunk = 3 if case == "chunk given" else None
+    with torch.set_grad_enabled(case != "forward only"):
+        C.chunked_softmax_cross_entropy(
+            query, classes, ids, class_bias=bias, reduction=reduction, method=method,
+            chunk_size=chunk, memory_budget=budget,
+        )
+    want = _AUTO_CASES[case]
+    if method == "auto" and case not in ("forward only", "nothing needs a gradient"):
+        assert C.resolve_method(
+            n, v, reduction=reduction, half=case == "half classes", memory_budget=budget,
+            element_size=size,
+        ) == want
+    block = chunk or C.default_chunk_size(n, v, want, memory_budget=budget, element_size=size)
+    assert calls == [(want, block)]
+
+
+def test_chunked_budget_and_block_boundaries():
+    """The smallest budget that holds one row (rows) or one class column (vocab) is
+    accepted, one byte less is refused; element sizes and budgets of 1 are valid; one row
+    of a huge vocabulary takes 2**21 classes a block."""
+    from candidate_sampling.losses import chunked as C
+
+    assert C.default_chunk_size(1, 10, "vocab", memory_budget=4) == 1
+    assert C.default_chunk_size(0, 10, "vocab", memory_budget=4) == 1
+    assert C.default_chunk_size(3, 10, "rows", memory_budget=40) == 1
+    assert C.default_chunk_size(3, 10, "rows", memory_budget=10, element_size=1) == 1
+    for method, budget in (("rows", 39), ("vocab", 3)):
+        with pytest.raises(ValueError, match="^memory_budget must hold one"):
+            C.default_chunk_size(1, 10, method, memory_budget=budget)
+    assert C.default_chunk_size(1, 2**22) == 2**21
+    assert C.default_chunk_size(2, 2**22) == 2**20
+    size = C.default_chunk_size(5, 1000, "rows", memory_budget=10**6 + 3)
+    assert type(size) is int and size == 5
+    size = C.default_chunk_size(5, 1000, "vocab", memory_budget=4 * 5 * 333 + 3)
+    assert type(size) is int and size == 333
+    assert C.resolve_method(1, 1, memory_budget=1, element_size=1) == "rows"
+    assert C.resolve_method(1, 2, memory_budget=1, element_size=1) == "vocab"
+    g = torch.Generator().manual_seed(0)
+    query = torch.randn(2, 3, generator=g, requires_grad=True)
+    classes = torch.randn(50, 3, generator=g)
+    ids = torch.tensor([1, 2])
+    with pytest.raises(ValueError, match="^memory_budget must hold one row"):
+        C.chunked_softmax_cross_entropy(query, classes, ids, method="rows", memory_budget=199)
+    C.chunked_softmax_cross_entropy(query, classes, ids, method="rows", memory_budget=200)
+
+
+@pytest.mark.parametrize("method", ["rows", "vocab"])
+@pytest.mark.parametrize("compiling", [False, True])
+def test_chunked_loss_dtype_and_weights_that_sum_below_one(monkeypatch, method, compiling):
+    """The loss comes back in the promotion of query, classes and bias (>= float32) what
+    dtype the weights have; a mean weighted by weights summing to 0.5 divides by 0.5; a
+    catalogue of one class with an ignored row (its id replaced by a valid 0 under
+    compilation); a mean over no kept row is NaN also with weights."""
+    from candidate_sampling.losses import chunked as C
+
+    if compiling:
+        monkeypatch.setattr(C, "_is_compiling", lambda: True)
+    g = torch.Generator().manual_seed(4)
+    for dq, dc, db, want in (
+        (torch.float32, D64, None, D64),
+        (torch.float32, torch.float32, D64, D64),
+        (torch.float16, torch.float32, None, torch.float32),
+        (D64, torch.float16, torch.float16, D64),
+        (torch.float16, torch.float16, None, torch.float32),
+    ):
+        q = torch.randn(4, 3, generator=g, dtype=D64)
+        c = torch.randn(6, 3, generator=g, dtype=D64)
+        b = None if db is None else torch.randn(6, generator=g, dtype=D64)
+        w = torch.full((4,), 0.125, dtype=D64)
+        ids = torch.tensor([0, 5, 2, 3])
+        loss = C.chunked_softmax_cross_entropy(
+            q.to(dq).requires_grad_(), c.to(dc), ids, class_bias=None if b is None else b.to(db),
+            sample_weight=w.float() if want == D64 else w, method=method,
+        )
+        assert loss.dtype == want, (dq, dc, db)
+        logits = q.to(dq).double() @ c.to(dc).double().T
+        if b is not None:
+            logits = logits + b.to(db).double()
+        ref = torch.nn.functional.cross_entropy(logits, ids)  # equal weights: plain mean
+        tol = 1e-12 if want == D64 else 1e-5
+        assert float(loss.detach()) == pytest.approx(float(ref), rel=tol), (dq, dc, db)
+    one = torch.randn(1, 3, generator=g, dtype=D64)
+    q = torch.randn(3, 3, generator=g, dtype=D64, requires_grad=True)
+    loss = C.chunked_softmax_cross_entropy(
+        q, one, torch.tensor([0, -100, 0]), method=method, reduction="sum"
+    )
+    assert float(loss) == 0.0
+    none_kept = C.chunked_softmax_cross_entropy(
+        q, one, torch.full((3,), -100), sample_weight=torch.ones(3, dtype=D64), method=method
+    )
+    assert math.isnan(float(none_kept))
+
+
+def _message(fn, *args, **kwargs) -> str:
+    with pytest.raises(ValueError) as err:
+        fn(*args, **kwargs)
+    return str(err.value)
+
+
+def test_candidate_errors_say_what_was_expected_and_what_came():
+    """The words of the errors a porting user meets first: the 2.0 hint only for a tuple
+    or a tensor, "or None" only where None is allowed, the encoder's output named, the
+    shape a check wanted."""
+    from candidate_sampling import CandidateSet
+    from candidate_sampling.candidates import _check_candidate_set, gather_rows
+    from candidate_sampling.losses import score
+
+    table = torch.randn(5, 2)
+    assert _message(_check_candidate_set, "negatives", 3).endswith("got int")
+    assert _message(_check_candidate_set, "negatives", 3, optional=True) == (
+        "negatives must be a CandidateSet or None, got int"
+    )
+    assert "2.0's tensors and tuples are gone" in _message(
+        _check_candidate_set, "negatives", (1, 2)
+    )
+    assert _message(score, torch.randn(2, 2), 3).endswith("got int")
+    assert _message(CandidateSet.from_draw, 3, table) == (
+        "draw must be a CandidateDraw (sampler.sample(...)), got int"
+    )
+    msg = _message(CandidateSet.from_draw, (1, 2, 3), table)
+    assert msg.endswith(
+        "got tuple: 2.0's tuple draw (ids, log Q, positive log Q) is one CandidateDraw now, "
+        "what sampler.sample(num_samples, positive_ids=...) returns"
+    )
+    assert _message(gather_rows, lambda ids: [1, 2], torch.tensor([0, 1])) == (
+        "the item encoder (classes) must map ids (2,) to embeddings (2, d), got list"
+    )
+    assert _message(gather_rows, lambda ids: torch.zeros(2, 3, 1), torch.tensor([0, 1])) == (
+        "the item encoder (classes) must map ids (2,) to embeddings (2, d), got (2, 3, 1)"
+    )
+    assert _message(gather_rows, torch.randn(5), torch.tensor([0, 1])) == (
+        "classes must have shape (|V|, d), got (5,)"
+    )
+    assert _message(gather_rows, torch.arange(10).reshape(5, 2), torch.tensor([0])) == (
+        "classes must be a floating-point tensor, got torch.int64"
+    )
+    assert _message(gather_rows, lambda ids: table[ids], torch.tensor([0.0])) == (
+        "ids must be an integer tensor of ids, got torch.float32"
+    )
+    assert _message(gather_rows, table, torch.tensor([7])) == (
+        "ids must lie in [0, 5) (the rows of classes), got values in [7, 7]"
+    )
+    s = CandidateSet(torch.randn(3, 2), torch.tensor([0, 1, 2]))
+    assert _message(s.select, torch.tensor([True, False])) == (
+        "columns must have shape (3,), got (2,)"
+    )
+    assert _message(s.select, torch.tensor([0.0])) == (
+        "columns must be an integer tensor of ids, got torch.float32"
+    )
+    empty = CandidateSet(torch.randn(0, 2), torch.zeros(0, dtype=torch.long))
+    assert empty.select(torch.zeros(0, dtype=torch.bool)).num_candidates == 0
+    assert _message(
+        CandidateSet.from_batch, torch.randn(3, 2), torch.tensor([0, 1])
+    ) == "batch size B must agree, got embeddings=3, ids=2"
+
+
+def test_an_encoder_that_does_not_check_its_ids_is_checked_by_the_set():
+    """A plain callable gets the set's range check (a negative id would wrap around in
+    ``table[ids]``); the name in the error is the argument's."""
+    from candidate_sampling import CandidateSet
+
+    table = torch.randn(5, 2)
+    encoder = lambda ids: table[ids]  # noqa: E731
+    bad = torch.tensor([1, -1])
+    assert _message(CandidateSet.from_ids, bad, encoder) == "ids must be >= 0, got -1"
+    assert _message(CandidateSet.positives_of, bad, encoder).startswith("positive_ids must be >= 0")
+    ok = CandidateSet.from_ids(torch.tensor([4, 0]), encoder)
+    assert torch.equal(ok.embeddings, table[[4, 0]])
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_half_table_under_compilation_is_gathered_row_by_row_in_float32(monkeypatch, sparse):
+    """Under ``torch.compile`` (no data-dependent shapes, so no ``unique``) a half table
+    is gathered with ``F.embedding`` and upcast: the rows, a float32 result, and a sparse
+    gradient exactly when ``sparse=True``."""
+    from candidate_sampling import candidates as CS
+
+    monkeypatch.setattr(CS, "_is_compiling", lambda: True)
+    table = torch.randn(6, 3, dtype=torch.float16, requires_grad=True)
+    ids = torch.tensor([4, 1, 4, 0])
+    rows = CS.gather_rows(table, ids, sparse=sparse)
+    assert rows.dtype == torch.float32
+    assert torch.equal(rows, table.detach()[ids].float())
+    rows.sum().backward()
+    assert table.grad.is_sparse == sparse
+    want = torch.zeros(6, 3, dtype=torch.float16)
+    want.index_add_(0, ids, torch.ones(4, 3, dtype=torch.float16))
+    assert torch.equal(table.grad.to_dense(), want)
+    monkeypatch.undo()
+    table.grad = None
+    CS.gather_rows(table, ids, sparse=sparse).sum().backward()  # the unique path
+    assert table.grad.is_sparse == sparse
+    assert torch.equal(table.grad.to_dense(), want)
+
+
+def test_from_batch_log_q_is_float32_and_its_source_batch():
+    """An estimator that keeps float64 statistics still gives float32 log Q (as
+    ``batch_log_q``), and the set's source is ``"batch"`` with either source of log Q."""
+    from candidate_sampling import CandidateSet
+    from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator
+
+    est = StreamingFrequencyEstimator(64, hash_ids=False)
+    est.update(torch.tensor([1, 2, 1]))
+    est.update(torch.tensor([1, 3]))
+    e, ids = torch.randn(3, 2), torch.tensor([1, 2, 3])
+    s = CandidateSet.from_batch(e, ids, frequency_estimator=est)
+    assert s.log_q.dtype == torch.float32 and s.source == (("batch", 3),)
+    torch.testing.assert_close(s.log_q, est.log_inclusion(ids).float())
+    p = torch.tensor([0.1, 0.4, 0.3, 0.2], dtype=D64)
+    s = CandidateSet.from_batch(e, ids, item_probabilities=p)
+    assert s.log_q.dtype == torch.float32 and s.source == (("batch", 3),)
+
+
+@pytest.mark.parametrize("which", ["query", "embeddings", "bias"])
+def test_scores_are_computed_in_the_promotion_of_their_inputs(which):
+    """``score`` and ``score_positives``: float64 anywhere makes the whole product float64
+    (exact against a float64 reference, where float32 would round); the bias is added in
+    that dtype."""
+    from candidate_sampling import CandidateSet
+    from candidate_sampling.losses import score, score_positives
+
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(3, 4, generator=g, dtype=D64) * (1 + 1e-9)
+    e = torch.randn(3, 4, generator=g, dtype=D64) * (1 + 1e-9)
+    b = torch.randn(3, generator=g, dtype=D64) * (1 + 1e-9)
+    cast = {k: (D64 if k == which else torch.float32) for k in ("query", "embeddings", "bias")}
+    q_, e_, b_ = q.to(cast["query"]), e.to(cast["embeddings"]), b.to(cast["bias"])
+    s = CandidateSet(e_, torch.arange(3), bias=b_)
+    full = score(q_, s)
+    pos = score_positives(q_, s)
+    want = q_.double() @ e_.double().T + b_.double()
+    assert full.dtype == D64 and pos.dtype == D64
+    torch.testing.assert_close(full, want, rtol=1e-15, atol=1e-15)
+    torch.testing.assert_close(pos[:, 0], want.diagonal(), rtol=1e-15, atol=1e-15)
+
+
+def test_reduce_loss_keeps_the_losses_dtype_and_takes_an_empty_batch():
+    from candidate_sampling.losses import reduce_loss
+
+    per_row = torch.tensor([1.0, 2.0, 4.0])
+    w = torch.tensor([0.5, 1.0, 0.25], dtype=D64)
+    for reduction, want in (("none", [0.5, 2.0, 1.0]), ("sum", 3.5), ("mean", 3.5 / 3)):
+        out = reduce_loss(per_row, reduction, sample_weight=w)
+        assert out.dtype == torch.float32, reduction
+        torch.testing.assert_close(out, torch.tensor(want))
+    empty = torch.zeros(0)
+    assert reduce_loss(empty, "sum").item() == 0.0 and reduce_loss(empty, "none").shape == (0,)
+
+
+def test_metrics_rank_in_the_promotion_of_user_and_item_embeddings():
+    """Two items whose scores differ by 1e-12 in float64 tie in float32: ranks are counted
+    in the promotion of both tables, float64 whichever of the two is float64."""
+    from candidate_sampling.eval.metrics import top_k_items
+
+    for users, items in (
+        (torch.tensor([[1.0, 1.0 + 1e-12]], dtype=D64), torch.tensor([[1.0, 0.0], [0.0, 1.0]])),
+        (torch.tensor([[1.0, 1.0]]), torch.tensor([[1.0, 0.0], [0.0, 1.0 + 1e-12]], dtype=D64)),
+    ):
+        rank = positive_ranks(users, items, torch.tensor([0]), torch.tensor([0]))
+        assert rank.tolist() == [1]  # item 1 scores higher only in float64
+        assert top_k_items(users, items, 1).tolist() == [[1]]
+
+
+def test_metric_errors_and_boundaries_the_survivors_moved():
+    from candidate_sampling.eval import KnownPairs
+    from candidate_sampling.eval.metrics import top_k_items, user_bootstrap
+
+    assert _message(metrics_from_ranks, torch.tensor([0, 1]), torch.tensor([0])) == (
+        "number of interactions n must agree, got ranks=2, user_index=1"
+    )
+    users, items = torch.randn(2, 3), torch.randn(3, 3)
+    one = KnownPairs(torch.tensor([0]), torch.tensor([1]), num_items=3)
+    assert _message(top_k_items, users, items, 3, known=one).startswith("k must be <= 2")
+    assert top_k_items(users, items, 2, known=one)[0].tolist() != [1, 1]
+    assert _message(user_bootstrap, torch.zeros(0, dtype=D64)) == (
+        "values must not be empty, got shape (0,)"
+    )
+    assert _message(user_bootstrap, [1.0]) == (
+        "values must be a tensor of shape (n,) or (m, n), got list"
+    )
+    assert _message(user_bootstrap, torch.zeros(1, 1, 1)) == (
+        "values must be a tensor of shape (n,) or (m, n), got (1, 1, 1)"
+    )
+    assert _message(
+        user_bootstrap, torch.zeros(2, dtype=D64), torch.tensor([0, -1])
+    ) == "users must be >= 0, got -1"
+
+
+def test_estimator_device_errors_and_buckets_dtype():
+    from candidate_sampling.sampling.frequency import StreamingFrequencyEstimator
+
+    assert _message(StreamingFrequencyEstimator, 8, device=5) == (
+        "device must be a torch.device or a string, got int"
+    )
+    est = StreamingFrequencyEstimator(8, hash_ids=False)
+    got = est.buckets(torch.tensor([3, 7], dtype=torch.int32))
+    assert got.dtype == torch.int64 and got.tolist() == [[3], [7]]

@@ -871,13 +871,13 @@ def test_pipeline_steps_never_broadcast_the_logits_up():
 
 
 def test_reduce_loss_checks_valid_and_per_row():
-    with pytest.raises(ValueError, match=r"valid must have shape \(4\), got \(3,\)"):
+    with pytest.raises(ValueError, match=r"valid must have shape \(4,\), got \(3,\)"):
         reduce_loss(torch.zeros(4), valid=torch.ones(3, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r"valid must have shape \(4\), got \(4, 4\)"):
+    with pytest.raises(ValueError, match=r"valid must have shape \(4,\), got \(4, 4\)"):
         reduce_loss(torch.ones(4), valid=torch.ones(4, 4, dtype=torch.bool))  # was 1.0
     with pytest.raises(ValueError, match="valid must be a bool tensor"):
         reduce_loss(torch.zeros(4), valid=torch.ones(4))
-    with pytest.raises(ValueError, match=r"per_row must have shape \(B\), got \(4, 4\)"):
+    with pytest.raises(ValueError, match=r"per_row must have shape \(B,\), got \(4, 4\)"):
         reduce_loss(torch.ones(4, 4), reduction="none")
 
 
@@ -930,7 +930,7 @@ def test_retrieval_loss_errors_name_the_argument():
 
 
 def test_count_above_takes_one_positive_score_per_row():
-    with pytest.raises(ValueError, match=r"positive_scores must have shape \(n\), got \(3, 4\)"):
+    with pytest.raises(ValueError, match=r"positive_scores must have shape \(n,\), got \(3, 4\)"):
         count_above(torch.zeros(3, 4), torch.zeros(3, 4))
     with pytest.raises(ValueError, match="number of rows n must agree.*positive_scores=2"):
         count_above(torch.zeros(3, 4), torch.zeros(2))

@@ -165,7 +165,7 @@ def check_tensor(
     """
     if not isinstance(tensor, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
-    wanted = "(" + ", ".join(str(s) for s in shape) + ")"
+    wanted = "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
     if tensor.dim() != len(shape):
         raise ValueError(f"{name} must have shape {wanted}, got {tuple(tensor.shape)}")
     for size, spec in zip(tensor.shape, shape):

@@ -678,8 +678,10 @@ class CandidateSet:
         (it scales ``item_probabilities`` only). Source ``"batch"``: a copy of a row's
         positive among the other rows' is kept by default (chapter 5).
         """
-        check_tensor("embeddings", embeddings, ("B", "d"), floating=True)
-        check_tensor("ids", ids, ("B",), floating=False)
+        # shapes here; dtypes and values where they are used (batch_log_q or the
+        # estimator for the ids, the set's own checks for both)
+        check_tensor("embeddings", embeddings, ("B", "d"))
+        check_tensor("ids", ids, ("B",))
         check_same("batch size B", embeddings=embeddings.shape[0], ids=ids.shape[0])
         if item_probabilities is not None and frequency_estimator is not None:
             raise ValueError("give item_probabilities or frequency_estimator, not both")

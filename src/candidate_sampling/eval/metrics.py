@@ -387,7 +387,7 @@ def _metrics_from_ranks(
     users = users.to(ranks.device)
     _, user_index = torch.unique(users, return_inverse=True)
     num = int(user_index.max()) + 1
-    per_user_n = torch.bincount(user_index, minlength=num).to(torch.float64)
+    per_user_n = torch.bincount(user_index)  # every index in [0, num) occurs
     out: dict[str, float] = {}
     for k in ks:
         hit = (ranks < k).to(torch.float64)
@@ -690,7 +690,7 @@ def user_bootstrap(
     users = users.cpu().long()
     if num_users is None:
         check_ids("users", users, None)
-        num_users = int(users.max()) + 1 if users.numel() else 0
+        num_users = int(users.max()) + 1  # values, so users, are never empty
     check_int_range("num_users", num_users, 1)
     check_ids("users", users, num_users)
     per_user = torch.zeros(rows.shape[0], num_users, dtype=torch.float64)

@@ -396,24 +396,25 @@ class _RowsChunked(torch.autograd.Function):
 
 
 def _check_inputs(query, classes, positive_ids, class_bias, sample_weight, ignore_index):
-    check_tensor("query", query, ("N", "d"), floating=True)
-    check_tensor("classes", classes, ("|V|", "d"), floating=True)
+    """Every argument check but the options'; returns the dtype the loss computes in."""
+    check_tensor("query", query, ("N", "d"))
+    check_tensor("classes", classes, ("|V|", "d"))
     check_same("embedding dimension d", query=query.shape[1], classes=classes.shape[1])
     check_tensor("positive_ids", positive_ids, ("N",), floating=False)
-    if positive_ids.dtype == torch.bool:
-        raise ValueError("positive_ids must be an integer tensor of ids, got torch.bool")
     check_same("number of rows N", query=query.shape[0], positive_ids=positive_ids.shape[0])
     if class_bias is not None:
-        check_tensor("class_bias", class_bias, ("|V|",), floating=True)
+        check_tensor("class_bias", class_bias, ("|V|",))
         check_same(
             "number of classes |V|", classes=classes.shape[0], class_bias=class_bias.shape[0]
         )
+    # floating point, each named: the promotion the loss computes in (>= float32)
+    dtype = common_float_dtype(query=query, classes=classes, class_bias=class_bias)
     if sample_weight is not None:
-        check_tensor("sample_weight", sample_weight, ("N",), floating=True)
+        check_tensor("sample_weight", sample_weight, ("N",))
         check_same(
             "number of rows N", query=query.shape[0], sample_weight=sample_weight.shape[0]
         )
-        check_sample_weight(sample_weight, query.shape[0])  # finite and >= 0, as every loss
+    check_sample_weight(sample_weight, query.shape[0])  # floating, finite and >= 0
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise ValueError(f"ignore_index must be an int, got {type(ignore_index).__name__}")
     for name, t in (
@@ -432,6 +433,7 @@ def _check_inputs(query, classes, positive_ids, class_bias, sample_weight, ignor
                 f"positive_ids must lie in [0, {num_classes}) or equal ignore_index "
                 f"({ignore_index}), got values in [{int(kept.min())}, {int(kept.max())}]"
             )
+    return dtype
 
 
 def _weight_total(weight: torch.Tensor) -> torch.Tensor:
@@ -530,7 +532,7 @@ def chunked_softmax_cross_entropy(
     backward is not supported.
     Defaults: ``reduction="mean"``, ``memory_budget=268435456`` (2**28 bytes).
     """
-    _check_inputs(query, classes, positive_ids, class_bias, sample_weight, ignore_index)
+    dtype = _check_inputs(query, classes, positive_ids, class_bias, sample_weight, ignore_index)
     check_reduction(reduction)
     if isinstance(temperature, Temperature):
         temperature = temperature.value if temperature.learnable else float(temperature.value)
@@ -549,7 +551,6 @@ def chunked_softmax_cross_entropy(
             'method="rows" computes the gradients in the forward and needs reduction '
             '"mean" or "sum", got reduction="none"; use method="vocab"'
         )
-    dtype = common_float_dtype(query=query, classes=classes, class_bias=class_bias)
     num_rows, num_classes = query.shape[0], classes.shape[0]
 
     temp_tensor, tau = None, 1.0

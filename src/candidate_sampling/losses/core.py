@@ -758,9 +758,8 @@ class _Loss(nn.Module):
     #: the loss function ``forward`` calls, when the module is a plain wrapper of one
     _fn = None
 
-    def __init__(
-        self, *, temperature: float | Temperature = 1.0, reduction: str = "mean"
-    ) -> None:
+    def __init__(self, *, temperature: float | Temperature, reduction: str) -> None:
+        # no defaults here: each loss module states its own in its signature
         super().__init__()
         self.temperature = check_temperature(temperature)
         self.reduction = check_reduction(reduction)
