@@ -716,9 +716,9 @@ def test_every_way_to_remake_a_set_keeps_its_mask_and_bias():
     made = CandidateSet.from_ids(ids, table, mask=mask, class_bias=full_bias, log_q=0.0)
     assert torch.equal(made.mask, mask) and torch.equal(made.bias, full_bias[ids])
     assert torch.equal(made.embeddings, table[ids]) and made.log_q.tolist() == [0.0] * 3
-    # runs of 0 columns are dropped wherever they are, never end the list
-    assert _merged([("batch", 2), ("unique", 0), ("batch", 1), ("fixed", 1)]) == (
-        ("batch", 3), ("fixed", 1),
+    # adjacent runs of one name join, wherever they are
+    assert _merged([("fixed", 1), ("batch", 2), ("batch", 1), ("fixed", 1)]) == (
+        ("fixed", 1), ("batch", 3), ("fixed", 1),
     )
 
 
@@ -1252,3 +1252,90 @@ def test_estimator_device_errors_and_buckets_dtype():
     est = StreamingFrequencyEstimator(8, hash_ids=False)
     got = est.buckets(torch.tensor([3, 7], dtype=torch.int32))
     assert got.dtype == torch.int64 and got.tolist() == [[3], [7]]
+
+
+@pytest.mark.parametrize("first", ["positives", "draw"])
+def test_a_half_table_checks_the_other_halfs_ids_before_gathering_them(first):
+    """The first of ``positives_of`` / ``from_draw`` on a half table gathers the other's
+    rows too, so it checks their range first: a ValueError naming them, not torch's bare
+    IndexError from the gather."""
+    from candidate_sampling import CandidateSet
+    from candidate_sampling.sampling.samplers import CandidateDraw
+
+    table = torch.randn(6, 3).half()
+    ok_ids, bad_ids = torch.tensor([2, 0]), torch.tensor([2, 9])
+    positives = bad_ids if first == "draw" else ok_ids
+    draw = CandidateDraw(
+        ids=ok_ids if first == "draw" else bad_ids, log_q=torch.tensor([-1.0, -2.0]),
+        num_tries=2, unique=False, positive_log_q=torch.tensor([-2.0, -4.0]),
+        positive_ids=positives,
+    )
+    name = "draw.positive_ids" if first == "draw" else "draw.ids"
+    call = (
+        (lambda: CandidateSet.from_draw(draw, table)) if first == "draw"
+        else (lambda: CandidateSet.positives_of(positives, table, draw=draw))
+    )
+    assert _message(call) == (
+        f"{name} must lie in [0, 6) (the rows of classes), got values in [2, 9]"
+    )
+
+
+def test_concat_promotes_embeddings_and_keeps_float_fields_at_least_float32():
+    """Embeddings: the promotion of the parts (float16 + float64 → float64, exact);
+    log Q and bias of half parts: float32, also when every part has one."""
+    from candidate_sampling import CandidateSet
+
+    a = CandidateSet(
+        torch.tensor([[1.5, -2.0]], dtype=torch.float16), torch.tensor([0]),
+        log_q=torch.tensor([-1.0], dtype=torch.float16),
+        bias=torch.tensor([0.25], dtype=torch.float16),
+    )
+    b = CandidateSet(
+        torch.tensor([[1.0 + 1e-12, 3.0]], dtype=D64), torch.tensor([1]),
+        log_q=torch.tensor([-2.0], dtype=torch.float16),
+        bias=torch.tensor([0.5], dtype=torch.float16),
+    )
+    joined = a + b
+    assert joined.embeddings.dtype == D64 and joined.embeddings[1, 0].item() == 1.0 + 1e-12
+    assert joined.log_q.dtype == torch.float32 and joined.bias.dtype == torch.float32
+    assert joined.log_q.tolist() == [-1.0, -2.0] and joined.bias.tolist() == [0.25, 0.5]
+    c = CandidateSet(torch.tensor([[0.0, 1.0]], dtype=torch.float16), torch.tensor([2]))
+    both = a + c
+    assert both.embeddings.dtype == torch.float16 and both.log_q.tolist() == [-1.0, 0.0]
+    assert both.log_q.dtype == torch.float32
+
+
+def test_sets_name_the_argument_whose_ids_are_out_of_range_and_keep_sparse_gradients():
+    """``from_draw`` names ``draw.ids``, ``positives_of`` ``positive_ids``; ``from_ids``
+    refuses a log Q of the wrong kind in its own words; ``positives_of(sparse=True)``
+    without a draw still gives the table a sparse gradient; a set remade from checked
+    parts without a source is ``"fixed"`` over its C columns."""
+    from candidate_sampling import CandidateSet
+    from candidate_sampling.sampling.samplers import CandidateDraw
+
+    table = torch.randn(6, 3, requires_grad=True)
+    draw = CandidateDraw(
+        ids=torch.tensor([2, 9]), log_q=torch.tensor([-1.0, -2.0]), num_tries=2,
+        unique=False, positive_log_q=None, positive_ids=None,
+    )
+    assert _message(CandidateSet.from_draw, draw, table) == (
+        "draw.ids must lie in [0, 6) (the rows of classes), got values in [2, 9]"
+    )
+    assert _message(CandidateSet.positives_of, torch.tensor([[1], [8]]), table) == (
+        "positive_ids must lie in [0, 6) (the rows of classes), got values in [1, 8]"
+    )
+    assert _message(CandidateSet.positives_of, [1, 2], table) == (
+        "positive_ids must have shape (B,) or (B, T), got None"
+    )
+    assert _message(CandidateSet.positives_of, torch.zeros(1, 1, 1, dtype=torch.long), table) == (
+        "positive_ids must have shape (B,) or (B, T), got (1, 1, 1)"
+    )
+    assert _message(CandidateSet.from_ids, torch.tensor([0]), table, log_q="x") == (
+        "log_q must be a tensor, a number or None, got 'x'"
+    )
+    CandidateSet.positives_of(torch.tensor([1, 1, 4]), table, sparse=True).embeddings.sum().backward()
+    assert table.grad.is_sparse
+    assert table.grad.to_dense()[:, 0].tolist() == [0.0, 2.0, 0.0, 0.0, 1.0, 0.0]
+    made = CandidateSet._unchecked(torch.zeros(4, 2), torch.arange(4))
+    assert made.source == (("fixed", 4),)
+    assert CandidateSet._unchecked(torch.zeros(0, 2), torch.arange(0)).source == ()

@@ -233,7 +233,7 @@ def _checks_its_ids(encoder: object) -> bool:
 
 
 def _positives_and_log_q(
-    positive_ids: torch.Tensor, classes: Classes, draw, correct: bool
+    positive_ids: torch.Tensor, draw, correct: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``positive_ids`` (B,) or (B, T), checked, and their log Q under ``draw`` (flat), or
     None (no draw, or ``correct=False``)."""
@@ -298,8 +298,9 @@ def _with_the_other_half(cls, draw, role, ids, classes, log_q, class_bias, spars
             )
     other_ids = draw.ids if role == "positives" else draw.positive_ids.reshape(-1)
     other_ids = other_ids.to(ids.device)
-    if role == "positives":
-        _check_table_and_bias(classes, class_bias, other_ids, name="draw.ids")
+    # the other role's ids are gathered now, before their own call checks them
+    other_name = "draw.ids" if role == "positives" else "draw.positive_ids"
+    _check_table_and_bias(classes, class_bias, other_ids, name=other_name)
     joined = cls._from_checked_ids(
         torch.cat([ids, other_ids]), classes, None, None, class_bias, sparse
     )
@@ -339,9 +340,7 @@ def _runs(source: str | Runs, num: int, name: str = "source") -> Runs:
 def _merged(runs) -> Runs:
     """Adjacent runs of one name joined: ``(("batch", 2), ("batch", 3))`` → ``(("batch", 5),)``."""
     out: list[tuple[str, int]] = []
-    for name, count in runs:
-        if count <= 0:
-            continue
+    for name, count in runs:  # every count > 0 (_runs, _select_runs)
         if out and out[-1][0] == name:
             out[-1] = (name, out[-1][1] + count)
         else:
@@ -352,9 +351,8 @@ def _merged(runs) -> Runs:
 def _select_runs(runs: Runs, columns, selected: int) -> Runs:
     """The runs of the columns ``columns`` (a slice or an index tensor) of a set, of which
     ``selected`` were picked."""
-    if len(runs) <= 1:
-        name = runs[0][0] if runs else "fixed"
-        return ((name, selected),) if selected else ()
+    if len(runs) <= 1:  # one name (or an empty set, of which nothing is selected)
+        return ((runs[0][0], selected),) if selected else ()
     names = [name for name, count in runs for _ in range(count)]
     if isinstance(columns, slice):
         picked = names[columns]
@@ -519,12 +517,12 @@ class CandidateSet:
         cls,
         embeddings,
         ids,
-        log_q=None,
-        mask=None,
-        bias=None,
-        source: str | Runs = "fixed",
+        log_q,
+        mask,
+        bias,
+        source: str | Runs,
         *,
-        log_q_checked: bool = False,
+        log_q_checked: bool,
     ) -> CandidateSet:
         """A set whose ids were range-checked by the caller (gathered from a table or
         checked against an encoder): every other field is checked as in the constructor."""
@@ -642,7 +640,7 @@ class CandidateSet:
         opposite halves overflow and meet as ``+inf − inf = NaN`` in the table's gradient.
         Chapters 3–4.
         """
-        positive_ids, log_q = _positives_and_log_q(positive_ids, classes, draw, correct)
+        positive_ids, log_q = _positives_and_log_q(positive_ids, draw, correct)
         sparse = check_bool("sparse", sparse)
         flat = positive_ids.reshape(-1)
         _check_table_and_bias(classes, class_bias, flat, name="positive_ids")
@@ -709,7 +707,7 @@ class CandidateSet:
         if log_q is not None:
             log_q = log_q.to(embeddings.device, torch.float32)
             # batch_log_q is finite by construction (it refuses a probability of 0)
-            return cls._checked(embeddings, ids, log_q, source="batch", log_q_checked=True)
+            return cls._checked(embeddings, ids, log_q, None, None, "batch", log_q_checked=True)
         return cls(embeddings, ids, source="batch")
 
     # ------------------------------------------------------------------ combining
@@ -744,10 +742,7 @@ class CandidateSet:
         if len(rows) > 1:
             raise ValueError(f"per-row (B, C) parts must agree on B, got {sorted(rows)}")
         batch = rows.pop() if rows else None
-        dtype = sets[0].embeddings.dtype
-        for s in sets[1:]:
-            dtype = torch.promote_types(dtype, s.embeddings.dtype)
-        embeddings = torch.cat([s.embeddings.to(dtype) for s in sets])
+        embeddings = torch.cat([s.embeddings for s in sets])  # cat promotes the dtypes
         ids = torch.cat([s.ids for s in sets])
 
         def column(name: str, fill) -> torch.Tensor | None:

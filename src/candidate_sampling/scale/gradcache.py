@@ -220,8 +220,9 @@ def _upcast_set(columns: CandidateSet | None) -> CandidateSet | None:
     if columns is None or columns.embeddings.dtype not in (torch.float16, torch.bfloat16):
         return columns
     bias = None if columns.bias is None else columns.bias.float()
-    return CandidateSet._unchecked(
-        columns.embeddings.float(), columns.ids, columns.log_q, columns.mask, bias
+    return CandidateSet._unchecked(  # the source too: it sets the accidental-hit rule
+        columns.embeddings.float(), columns.ids, columns.log_q, columns.mask, bias,
+        columns.source,
     )
 
 
