@@ -245,6 +245,11 @@ class _FirstColumnSoftmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, pos, neg, removed):
+        # ``neg`` is the caller's own buffer (the scores it made): the backward writes
+        # the candidates' gradient into it, memory already in use, where a fresh (B, C)
+        # buffer costs a page fault per 4 KiB on the CPU (about 3 ms of a 30 ms step at
+        # B = 512, k = 4,096). Kept until then; a second backward (retain_graph) allocates.
+        ctx.spare = neg.detach() if neg.is_contiguous() else None
         batch, num_neg = neg.shape
         work = torch.empty(batch, 1 + num_neg, dtype=neg.dtype, device=neg.device)
         work[:, :1] = pos
@@ -280,10 +285,11 @@ class _FirstColumnSoftmax(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_losses):
         (work,) = ctx.saved_tensors
-        # a new tensor, so that a second backward (retain_graph) still works
-        grad = work * grad_losses.unsqueeze(1)
-        grad[:, 0] -= grad_losses
-        return grad[:, :1], grad[:, 1:], None
+        g = grad_losses.unsqueeze(1)
+        # ``work`` is left as it is, so that a second backward (retain_graph) still works
+        spare, ctx.spare = ctx.spare, None
+        grad_neg = torch.mul(work[:, 1:], g, out=spare) if spare is not None else work[:, 1:] * g
+        return work[:, :1] * g - g, grad_neg, None
 
 
 def _fused(tensor: torch.Tensor) -> bool:
