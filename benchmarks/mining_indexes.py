@@ -7,10 +7,10 @@ default) split into a *validation* half and a *test* half. For each index (IVFFl
 MIPS→L2 transform ``[x, sqrt(M² − |x|²)]`` with nlist ≈ 4√N and 8√N, IVFFlat with the
 inner-product metric, IVF on the transform with an HNSW coarse quantiser and nlist 8,192
 or 16,384, IVF-SQ8 and IVFPQ on the transform each refined by exact ``IndexRefineFlat``,
-HNSW with M = 32 and 48), the search knob (``nprobe`` / ``efSearch``)
+HNSW with M = 32, 48 and 64), the search knob (``nprobe`` / ``efSearch``)
 is the smallest of a grid whose recall@100 on the validation queries is ≥ 0.95; with it the
 test queries are timed (best of three) against exact ``brute_force_top_k`` (best of two), one
-thread on each side (the IVF-HNSW builds use two). One JSON line per index: build seconds, the validation curve
+thread on each side (the IVF-HNSW and HNSW builds use two). One JSON line per index: build seconds, the validation curve
 (knob, recall), test recall, query seconds and the speed-up. An exploration, not part of
 ``run.py``: the 10^6 builds take minutes each (HNSW tens of minutes) on a 2-core machine.
 """
@@ -114,7 +114,10 @@ def main() -> None:
         return idx, s, [8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256]
     def hnsw(m):
         def make():
-            idx = faiss.IndexHNSWFlat(64, m, faiss.METRIC_INNER_PRODUCT); idx.hnsw.efConstruction = 40; idx.add(X)
+            idx = faiss.IndexHNSWFlat(64, m, faiss.METRIC_INNER_PRODUCT); idx.hnsw.efConstruction = 40
+            faiss.omp_set_num_threads(2)  # the graph build may use both cores; queries use one
+            idx.add(X)
+            faiss.omp_set_num_threads(1)
             def s(idx, Q, k): idx.hnsw.efSearch = k; return idx.search(Q, K)[1]
             return idx, s, [40, 48, 56, 64, 80, 100, 128, 160, 192, 256, 384, 512]
         return make
@@ -122,7 +125,8 @@ def main() -> None:
     which = sys.argv[3].split(",") if len(sys.argv) > 3 else None
     for name, make in [("IVFFlat MIPS->L2 8sqrtN", lambda: ivf_l2(int(8 * math.sqrt(N)))), ("IVFFlat MIPS->L2", ivf_l2),
                        ("IVF-HNSW MIPS->L2 nlist 8192", ivf_hnsw_l2(8192)), ("IVF-HNSW MIPS->L2 nlist 16384", ivf_hnsw_l2(16384)), ("IVFFlat IP", ivf_ip), ("IVF-SQ8 MIPS->L2 + RefineFlat(k_factor 2)", ivf_sq_refine),
-                       ("IVFPQ(13x8) MIPS->L2 + RefineFlat(k_factor 4)", ivf_pq_refine), ("HNSW M=32", hnsw(32)), ("HNSW M=48", hnsw(48))]:
+                       ("IVFPQ(13x8) MIPS->L2 + RefineFlat(k_factor 4)", ivf_pq_refine), ("HNSW M=32", hnsw(32)), ("HNSW M=48", hnsw(48)),
+                       ("HNSW M=64", hnsw(64))]:
         if which and name not in which:  # exact names
             continue
         try: build(name, make)

@@ -1551,6 +1551,7 @@ ENTRIES: dict[str, Entry] = {
         built_at=integer(0, 0),
         same=[("scores", "ids", "ranks", "keep")],
     ),
+    "scale.mining.default_hnsw_m": E(MI.default_hnsw_m, num_items=integer(10, 0)),
     "scale.mining.HardNegativeMiner": E(
         MI.HardNegativeMiner,
         index=choice("torch"),

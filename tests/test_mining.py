@@ -621,3 +621,20 @@ def test_search_padding_is_never_a_negative():
     assert mined.valid.sum(1).tolist() == [1, 2]
     assert not bool((mined.ids[mined.valid] == -1).any())
     assert bool((mined.ids[~mined.valid] == -1).all())
+
+
+def test_default_hnsw_degree_follows_the_catalogue_size():
+    """``hnsw_m=None``: 32 below 10^6 items, 48 from 10^6 (the degree that reaches
+    recall@100 ≥ 0.95 at the default ``ef_search`` there, appendix section 6); a given
+    ``hnsw_m`` is kept. The built graph has 2·M links per node on its base layer."""
+    pytest.importorskip("faiss")
+    from candidate_sampling.scale.mining import default_hnsw_m
+
+    assert [default_hnsw_m(n) for n in (0, 10**5, 10**6 - 1, 10**6, 10**7)] == [
+        32, 32, 32, 48, 48,
+    ]
+    items = torch.randn(50, 8, generator=torch.Generator().manual_seed(0))
+    for hnsw_m, want in ((None, 32), (16, 16)):
+        miner = HardNegativeMiner(index="hnsw", hnsw_m=hnsw_m, num_threads=1).build(items)
+        assert miner.hnsw_m == hnsw_m
+        assert miner.index.hnsw.nb_neighbors(0) == 2 * want

@@ -240,7 +240,9 @@ class _FirstColumnSoftmax(torch.autograd.Function):
     it (the step-4 mask and the concatenation in one pass), then one fused softmax turns
     it into probabilities p in place. The loss is ``−log p_i0``; the gradient, formed in
     the backward from the saved p, is ``g_i (p_ij − [j = 0])``, with 0 at a removed
-    column (its finite mask value's probability is exactly 0).
+    column (its finite mask value's probability is exactly 0); the candidates' part is
+    written into ``neg``'s memory, which only this function uses after the forward (the
+    loss's own scores).
     """
 
     @staticmethod
