@@ -1065,3 +1065,24 @@ def test_fused_sampled_softmax_with_int32_positive_ids_finds_the_same_hits():
         query, CandidateSet.positives_of(positive_ids, table, draw=draw), *args
     )
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_fused_sampled_softmax_gradient_with_create_graph():
+    """``create_graph=True`` with an upstream gradient that needs one (a gradient penalty,
+    a meta-gradient through per-row weights) takes the allocating backward: the write into
+    the forward's score buffer with ``out=`` cannot be part of a graph. Its first-order
+    gradient equals the plain one, and it is differentiable in the upstream weights."""
+    table, query, positive_ids, draw = _fused_problem(6)
+
+    def per_row():
+        return L.sampled_softmax_loss(
+            query, CandidateSet.positives_of(positive_ids, table, draw=draw),
+            CandidateSet.from_draw(draw, table), reduction="none",
+        )
+
+    weights = torch.linspace(0.5, 2.0, len(positive_ids), requires_grad=True)
+    (with_graph,) = torch.autograd.grad(per_row(), query, grad_outputs=weights, create_graph=True)
+    (plain,) = torch.autograd.grad(per_row(), query, grad_outputs=weights.detach())
+    torch.testing.assert_close(with_graph.detach(), plain, rtol=0, atol=0)
+    (d_weights,) = torch.autograd.grad(with_graph.sum(), weights)
+    assert torch.isfinite(d_weights).all() and d_weights.abs().sum() > 0

@@ -290,7 +290,9 @@ class _FirstColumnSoftmax(torch.autograd.Function):
         g = grad_losses.unsqueeze(1)
         # ``work`` is left as it is, so that a second backward (retain_graph) still works
         spare, ctx.spare = ctx.spare, None
-        grad_neg = torch.mul(work[:, 1:], g, out=spare) if spare is not None else work[:, 1:] * g
+        if spare is None or torch.is_grad_enabled():  # create_graph: no out= with autograd
+            return work[:, :1] * g - g, work[:, 1:] * g, None
+        grad_neg = torch.mul(work[:, 1:], g, out=spare)
         return work[:, :1] * g - g, grad_neg, None
 
 
