@@ -435,8 +435,9 @@ class HardNegativeMiner:
     """Mine per-query hard negatives from the whole catalogue with a faiss (or torch) index.
 
     Options (keyword-only): ``index`` — one of :data:`INDEX_KINDS` (module docstring);
-    ``hnsw_m`` (graph degree; None, the default: 32 below 10^6 items, 48 from 10^6, see
-    below), ``ef_construction`` (40) and ``ef_search`` (128) for HNSW;
+    ``hnsw_m`` (graph degree; None, the default: 32 below 10^6 items, 48 from 10^6, the
+    measured choice of :func:`default_hnsw_m`), ``ef_construction`` (40) and ``ef_search``
+    (128) for HNSW;
     ``nlist`` (cells, default ``≈ 4√N``) and ``nprobe`` (cells scanned per query, 16) for
     IVF; ``refresh_every``: rebuild the index every so many steps in
     :meth:`maybe_refresh` (``None``: build once); ``num_threads``: faiss's OpenMP threads
