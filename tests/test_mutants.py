@@ -1004,7 +1004,7 @@ def test_chunked_budget_and_block_boundaries():
 @pytest.mark.parametrize("method", ["rows", "vocab"])
 @pytest.mark.parametrize("compiling", [False, True])
 def test_chunked_loss_dtype_and_weights_that_sum_below_one(monkeypatch, method, compiling):
-    """The loss comes back in the promotion of query, classes and bias (>= float32) what
+    """The loss comes back in the promotion of query, classes and bias (>= float32) whatever
     dtype the weights have; a mean weighted by weights summing to 0.5 divides by 0.5; a
     catalogue of one class with an ignored row (its id replaced by a valid 0 under
     compilation); a mean over no kept row is NaN also with weights."""
@@ -1309,7 +1309,7 @@ def test_sets_name_the_argument_whose_ids_are_out_of_range_and_keep_sparse_gradi
     """``from_draw`` names ``draw.ids``, ``positives_of`` ``positive_ids``; ``from_ids``
     refuses a log Q of the wrong kind in its own words; ``positives_of(sparse=True)``
     without a draw still gives the table a sparse gradient; a set remade from checked
-    parts without a source is ``"fixed"`` over its C columns."""
+    parts takes the source its caller states (a name over its C columns, or runs)."""
     from candidate_sampling import CandidateSet
     from candidate_sampling.sampling.samplers import CandidateDraw
 
@@ -1336,6 +1336,10 @@ def test_sets_name_the_argument_whose_ids_are_out_of_range_and_keep_sparse_gradi
     CandidateSet.positives_of(torch.tensor([1, 1, 4]), table, sparse=True).embeddings.sum().backward()
     assert table.grad.is_sparse
     assert table.grad.to_dense()[:, 0].tolist() == [0.0, 2.0, 0.0, 0.0, 1.0, 0.0]
-    made = CandidateSet._unchecked(torch.zeros(4, 2), torch.arange(4))
-    assert made.source == (("fixed", 4),)
-    assert CandidateSet._unchecked(torch.zeros(0, 2), torch.arange(0)).source == ()
+    def remade(num, source):
+        return CandidateSet._unchecked(
+            torch.zeros(num, 2), torch.arange(num), None, None, None, source
+        ).source
+
+    assert remade(4, "mined") == (("mined", 4),) and remade(0, "fixed") == ()
+    assert remade(4, (("batch", 1), ("unique", 3))) == (("batch", 1), ("unique", 3))

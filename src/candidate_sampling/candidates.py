@@ -439,13 +439,16 @@ class CandidateSet:
     # ------------------------------------------------------------------ properties
     @classmethod
     def _unchecked(
-        cls, embeddings, ids, log_q=None, mask=None, bias=None, source: Runs = ()
+        cls, embeddings, ids, log_q, mask, bias, source: str | Runs
     ) -> CandidateSet:
-        """A set built from parts that were checked already (concat, slicing); ``source``
-        as runs (empty: every column ``"fixed"``)."""
+        """A set built from parts that were checked already (concat, slicing). ``source``
+        is stated by every caller, never defaulted: it sets the accidental-hit rule, and a
+        set remade without it once lost its columns' rule. A name for every column, or
+        runs (kept as they are)."""
         out = object.__new__(cls)
-        if not source and embeddings.shape[0]:
-            source = (("fixed", int(embeddings.shape[0])),)
+        if isinstance(source, str):
+            num = int(embeddings.shape[0])
+            source = ((source, num),) if num else ()
         for name, value in zip(
             ("embeddings", "ids", "log_q", "mask", "bias", "source"),
             (embeddings, ids, log_q, mask, bias, source),
@@ -526,8 +529,7 @@ class CandidateSet:
     ) -> CandidateSet:
         """A set whose ids were range-checked by the caller (gathered from a table or
         checked against an encoder): every other field is checked as in the constructor."""
-        out = cls._unchecked(embeddings, ids, log_q, mask, bias)
-        object.__setattr__(out, "source", source)
+        out = cls._unchecked(embeddings, ids, log_q, mask, bias, source)
         out._check(ids_checked=True, log_q_checked=log_q_checked)
         return out
 

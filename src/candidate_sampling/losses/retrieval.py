@@ -343,7 +343,9 @@ class RetrievalLoss(_Loss):
                 f"{positive_embeddings.device}, got {positive_ids.device}"
             )
         # the checks above are the sets' own: they are made without checking again
-        positives = CandidateSet._unchecked(positive_embeddings, positive_ids.long())
+        positives = CandidateSet._unchecked(
+            positive_embeddings, positive_ids.long(), None, None, None, "batch"
+        )
         extras = draw = None
         if self.num_samples:
             if item_encoder is None:
@@ -357,8 +359,8 @@ class RetrievalLoss(_Loss):
                     f"item_encoder must return embeddings of size d = {query.shape[1]} on "
                     f"{query.device} (query's), got {tuple(rows.shape)} on {rows.device}"
                 )
-            extras = CandidateSet._unchecked(rows, extra_ids).with_source(
-                "unique" if draw.unique else "replacement"
+            extras = CandidateSet._unchecked(
+                rows, extra_ids, None, None, None, "unique" if draw.unique else "replacement"
             )
         if self.log_q_source != "none":
             # one expression for every column: Q* = B·q(y) + (expected count among extras)
@@ -380,10 +382,12 @@ class RetrievalLoss(_Loss):
                     "never hold)"
                 )
             log_q = torch.log(counts).float().to(query.device)
-            positives = CandidateSet._unchecked(positives.embeddings, positives.ids, log_q[:batch])
+            positives = CandidateSet._unchecked(
+                positives.embeddings, positives.ids, log_q[:batch], None, None, positives.source
+            )
             if extras is not None:
                 extras = CandidateSet._unchecked(
-                    extras.embeddings, extras.ids, log_q[batch:], source=extras.source
+                    extras.embeddings, extras.ids, log_q[batch:], None, None, extras.source
                 )
         return in_batch_softmax_loss(
             query,
