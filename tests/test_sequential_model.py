@@ -27,6 +27,27 @@ def test_shapes_and_tied_classes():
     assert model.item_embedding.weight.grad[:11].abs().sum() > 0
 
 
+@pytest.mark.parametrize("num_blocks, num_heads", [(1, 1), (2, 2), (3, 4)])
+def test_user_states_is_forwards_last_column(num_blocks, num_heads):
+    """user_states computes the last block's last query only: the same states and the same
+    gradients as forward's last column, for any depth, padding and an empty row."""
+    model = _model(num_blocks=num_blocks, num_heads=num_heads, max_len=7)
+    g = torch.Generator().manual_seed(num_blocks)
+    history = torch.randint(0, 11, (6, 7), generator=g)
+    history[1, :3] = -1  # left padding
+    history[2, :6] = -1  # one item
+    history[3] = -1  # no item: the zero vector
+    states = model.user_states(history)
+    full = model(history)[:, -1]
+    torch.testing.assert_close(states, full, rtol=1e-5, atol=1e-6)
+    assert (states[3] == 0).all() and (states[:3].abs().sum(1) > 0).all()
+    weights = torch.randn(8, generator=g)
+    grads = [torch.autograd.grad((f() * weights).sum(), model.item_embedding.weight)[0]
+             for f in (lambda: model.user_states(history), lambda: model(history)[:, -1])]
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
+    assert grads[0].abs().sum() > 0
+
+
 def test_shorter_windows_take_the_last_positions():
     model = _model()
     long = torch.tensor([[-1, -1, -1, 3, 4, 5]])
