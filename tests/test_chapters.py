@@ -120,16 +120,16 @@ def execute_or_reuse(notebook: Path) -> tuple[str, float]:
 CHAPTERS = toc_chapters()
 
 #: Seconds each chapter took in CI (one torch thread, two chapters at a time; the cache's
-#: ``execution_seconds`` of a fresh-clone run, 2026-11-28). Only an order: ``conftest.py``
+#: ``execution_seconds`` of a fresh-clone run, 2026-11-29). Only an order: ``conftest.py``
 #: splits the chapters into two groups of equal expected time, one at the head of each
 #: xdist worker's half, so the two workers finish together. A chapter missing here counts
 #: as the longest.
 CI_SECONDS = {
-    "01_softmax_cross_entropy": 38, "02_importance_sampling": 8,
-    "03_nce_negative_sampling": 31, "04_sampled_softmax": 59,
-    "05_two_tower_retrieval": 89, "06_contrastive_losses": 62,
-    "07_more_negatives": 70, "08_hard_negatives": 98, "09_training_at_scale": 84,
-    "10_evaluating_at_scale": 31, "11_exact_or_sampled": 140,
+    "01_softmax_cross_entropy": 58, "02_importance_sampling": 11,
+    "03_nce_negative_sampling": 42, "04_sampled_softmax": 73,
+    "05_two_tower_retrieval": 102, "06_contrastive_losses": 81,
+    "07_more_negatives": 95, "08_hard_negatives": 100, "09_training_at_scale": 103,
+    "10_evaluating_at_scale": 37, "11_exact_or_sampled": 123,
 }
 
 # Under xdist, tests/conftest.py sets OMP_NUM_THREADS to each worker's share of the cores;
